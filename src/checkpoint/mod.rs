@@ -1,0 +1,187 @@
+//! Loading a checkpoint directory: its tokenizer, special tokens and chat template.
+//!
+//! Reads `tokenizer.json` and `tokenizer_config.json` (plus `chat_template.jinja` and
+//! `generation_config.json` when present). The tokenizer is adjusted to encode as
+//! transformers loads it (see [`compat`]).
+
+pub mod compat;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tokenizers::Tokenizer;
+
+use crate::control_tokens::AddedTokenInfo;
+use crate::error::{Error, Result};
+
+/// The special tokens named in `tokenizer_config.json`, which templates see as variables.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecialTokens {
+    /// `bos_token`.
+    pub bos: Option<String>,
+    /// `eos_token`.
+    pub eos: Option<String>,
+    /// `unk_token`.
+    pub unk: Option<String>,
+    /// `pad_token`.
+    pub pad: Option<String>,
+}
+
+/// A loaded checkpoint directory.
+pub struct Checkpoint {
+    /// The directory it was loaded from.
+    pub dir: PathBuf,
+    /// The tokenizer, as transformers would build it.
+    pub tokenizer: Tokenizer,
+    /// Every added token with its effective flags.
+    pub added_tokens: Vec<AddedTokenInfo>,
+    /// The chat template (from `chat_template.jinja` if present, else the config).
+    pub chat_template: String,
+    /// The special tokens the config names.
+    pub special_tokens: SpecialTokens,
+    /// The config's `tokenizer_class`.
+    pub tokenizer_class: Option<String>,
+    /// What chatids changed in tokenizer.json to match transformers, if anything.
+    pub compat_note: Option<String>,
+    /// End-of-generation ids from `generation_config.json` (`eos_token_id`), if present.
+    pub generation_eos_ids: Vec<u32>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("dir", &self.dir)
+            .field("tokenizer_class", &self.tokenizer_class)
+            .field("special_tokens", &self.special_tokens)
+            .field("compat_note", &self.compat_note)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpoint {
+    /// Load the checkpoint in directory `dir`.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(Error::Load(format!("{} is not a directory", dir.display())));
+        }
+        let config = read_json(&dir.join("tokenizer_config.json"))?;
+        let raw_tokenizer = read_text(&dir.join("tokenizer.json"))?;
+        let mut tokenizer_json: Value = serde_json::from_str(&raw_tokenizer)
+            .map_err(|e| Error::Load(format!("{}: invalid JSON: {e}", dir.join("tokenizer.json").display())))?;
+
+        let special_tokens = SpecialTokens {
+            bos: token_string(config.get("bos_token")),
+            eos: token_string(config.get("eos_token")),
+            unk: token_string(config.get("unk_token")),
+            pad: token_string(config.get("pad_token")),
+        };
+        let named_special = named_special_tokens(&config);
+        let compat_note = compat::apply_transformers_class(&mut tokenizer_json, &config, &raw_tokenizer);
+        compat::apply_added_token_flags(&mut tokenizer_json, &config, &named_special);
+        let added_tokens = added_tokens(&tokenizer_json);
+        let tokenizer = Tokenizer::from_bytes(tokenizer_json.to_string().as_bytes())
+            .map_err(|e| Error::Load(format!("{}: cannot build tokenizer: {e}", dir.display())))?;
+
+        let chat_template = chat_template(&dir, &config)?;
+        let generation_eos_ids = generation_eos_ids(&dir)?;
+        Ok(Checkpoint {
+            dir,
+            tokenizer,
+            added_tokens,
+            chat_template,
+            special_tokens,
+            tokenizer_class: config.get("tokenizer_class").and_then(Value::as_str).map(str::to_string),
+            compat_note,
+            generation_eos_ids,
+        })
+    }
+
+    /// The added token with text `content`, if any.
+    pub fn added_token(&self, content: &str) -> Option<&AddedTokenInfo> {
+        self.added_tokens.iter().find(|t| t.content == content)
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::Load(format!("cannot read {}: {e}", path.display())))
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    serde_json::from_str(&read_text(path)?).map_err(|e| Error::Load(format!("{}: invalid JSON: {e}", path.display())))
+}
+
+/// A special token given as a string or as an `AddedToken` dict.
+fn token_string(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+fn named_special_tokens(config: &Value) -> Vec<String> {
+    let mut out: Vec<String> = ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"]
+        .iter()
+        .filter_map(|k| token_string(config.get(*k)))
+        .collect();
+    for key in ["additional_special_tokens", "extra_special_tokens"] {
+        if let Some(list) = config.get(key).and_then(Value::as_array) {
+            out.extend(list.iter().filter_map(|v| token_string(Some(v))));
+        }
+    }
+    out
+}
+
+fn added_tokens(tokenizer_json: &Value) -> Vec<AddedTokenInfo> {
+    let flag = |t: &Value, k: &str| t.get(k).and_then(Value::as_bool).unwrap_or(false);
+    tokenizer_json
+        .get("added_tokens")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|t| {
+                    Some(AddedTokenInfo {
+                        id: t.get("id")?.as_u64()? as u32,
+                        content: t.get("content")?.as_str()?.to_string(),
+                        special: flag(t, "special"),
+                        lstrip: flag(t, "lstrip"),
+                        rstrip: flag(t, "rstrip"),
+                        single_word: flag(t, "single_word"),
+                        normalized: flag(t, "normalized"),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn chat_template(dir: &Path, config: &Value) -> Result<String> {
+    let file = dir.join("chat_template.jinja");
+    if file.is_file() {
+        return read_text(&file);
+    }
+    match config.get("chat_template") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(list)) => list
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+            .and_then(|t| t.get("template")?.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| Error::Load(format!("{}: chat_template lists no \"default\" template", dir.display()))),
+        _ => Err(Error::Load(format!("{}: the checkpoint has no chat template", dir.display()))),
+    }
+}
+
+fn generation_eos_ids(dir: &Path) -> Result<Vec<u32>> {
+    let path = dir.join("generation_config.json");
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let config = read_json(&path)?;
+    Ok(match config.get("eos_token_id") {
+        Some(Value::Number(n)) => n.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
+        Some(Value::Array(list)) => list.iter().filter_map(|v| v.as_u64().map(|i| i as u32)).collect(),
+        _ => Vec::new(),
+    })
+}

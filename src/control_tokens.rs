@@ -1,0 +1,300 @@
+//! Control tokens: the added tokens that content must never produce.
+//!
+//! Following transformers' `sanitize_control_tokens`, the control tokens of a checkpoint are
+//! its *special* added tokens plus the non-special added tokens that appear in the chat
+//! template's literal text (its raw text and its string constants), except whitespace-only
+//! tokens. [`template_literals`] extracts that literal text with a small Jinja lexer.
+
+use aho_corasick::{AhoCorasick, MatchKind};
+
+use crate::pystr;
+
+/// An added token of the tokenizer, with the flags that decide how it is matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedTokenInfo {
+    /// Token id.
+    pub id: u32,
+    /// Token text.
+    pub content: String,
+    /// Whether the token is special (special tokens are always control tokens).
+    pub special: bool,
+    /// Whether the token absorbs whitespace on its left.
+    pub lstrip: bool,
+    /// Whether the token absorbs whitespace on its right.
+    pub rstrip: bool,
+    /// Whether the token only matches as a whole word.
+    pub single_word: bool,
+    /// Whether the token is matched on normalized text.
+    pub normalized: bool,
+}
+
+/// The control tokens of a checkpoint and a matcher that finds them in text.
+#[derive(Debug, Clone)]
+pub struct ControlTokens {
+    tokens: Vec<(String, u32)>,
+    matcher: Option<AhoCorasick>,
+}
+
+/// One control token found in a text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlMatch {
+    /// Byte offset where the token starts.
+    pub start: usize,
+    /// Byte offset just past the token.
+    pub end: usize,
+    /// The token's id.
+    pub id: u32,
+}
+
+impl ControlTokens {
+    /// A matcher for exactly these `(text, id)` tokens.
+    pub fn new(mut tokens: Vec<(String, u32)>) -> Self {
+        tokens.retain(|(t, _)| !t.is_empty());
+        tokens.sort();
+        tokens.dedup();
+        let matcher = if tokens.is_empty() {
+            None
+        } else {
+            // Leftmost-longest is what transformers' longest-first regex alternation finds.
+            Some(
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(tokens.iter().map(|(t, _)| t.as_str()))
+                    .expect("control token matcher"),
+            )
+        };
+        ControlTokens { tokens, matcher }
+    }
+
+    /// The control tokens of a tokenizer whose added tokens are `added`, for `chat_template`.
+    pub fn for_template(added: &[AddedTokenInfo], chat_template: &str) -> Self {
+        let literals = template_literals(chat_template);
+        let tokens = added
+            .iter()
+            .filter(|t| {
+                t.special || (!pystr::is_space(&t.content) && literals.iter().any(|lit| lit.contains(&t.content)))
+            })
+            .map(|t| (t.content.clone(), t.id))
+            .collect();
+        ControlTokens::new(tokens)
+    }
+
+    /// The `(text, id)` pairs, sorted by text.
+    pub fn tokens(&self) -> &[(String, u32)] {
+        &self.tokens
+    }
+
+    /// Whether `id` is the id of a control token.
+    pub fn contains_id(&self, id: u32) -> bool {
+        self.tokens.iter().any(|&(_, i)| i == id)
+    }
+
+    /// The control tokens in `text`, left to right, longest first where two start together.
+    pub fn find_iter<'t>(&'t self, text: &'t str) -> impl Iterator<Item = ControlMatch> + 't {
+        self.matcher.iter().flat_map(move |m| {
+            m.find_iter(text).map(move |hit| ControlMatch {
+                start: hit.start(),
+                end: hit.end(),
+                id: self.tokens[hit.pattern().as_usize()].1,
+            })
+        })
+    }
+}
+
+/// The literal text of a Jinja template: every run of raw template text and every string
+/// constant inside its tags, unescaped as Jinja does. Comments are skipped; the body of a
+/// `{% raw %}` block is raw text.
+pub fn template_literals(template: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = template.as_bytes();
+    let mut i = 0;
+    let mut text_start = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'{' || i + 1 >= bytes.len() {
+            i += 1;
+            continue;
+        }
+        let close = match bytes[i + 1] {
+            b'{' => "}}",
+            b'%' => "%}",
+            b'#' => "#}",
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        push_literal(&mut out, &template[text_start..i]);
+        if close == "#}" {
+            i = template[i + 2..].find("#}").map_or(bytes.len(), |j| i + 2 + j + 2);
+            text_start = i;
+            continue;
+        }
+        let (tag_end, strings) = scan_tag(template, i + 2, close);
+        out.extend(strings);
+        i = tag_end;
+        text_start = i;
+        if close == "%}" && tag_keyword(&template[..tag_end]) == Some("raw") {
+            // Everything up to `{% endraw %}` is literal text.
+            if let Some((body_end, after)) = find_endraw(template, tag_end) {
+                push_literal(&mut out, &template[tag_end..body_end]);
+                i = after;
+                text_start = i;
+            }
+        }
+    }
+    push_literal(&mut out, &template[text_start.min(template.len())..]);
+    out
+}
+
+fn push_literal(out: &mut Vec<String>, s: &str) {
+    if !s.is_empty() {
+        out.push(s.to_string());
+    }
+}
+
+/// The keyword of the `{% ... %}` tag that ends at `upto` (e.g. `raw`, `if`).
+fn tag_keyword(upto: &str) -> Option<&str> {
+    let open = upto.rfind("{%")?;
+    let inner = upto[open + 2..upto.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+    inner.split_whitespace().next()
+}
+
+/// Find `{% endraw %}` (with optional whitespace control) after `from`: returns the end of
+/// the raw body and the offset after the closing tag.
+fn find_endraw(template: &str, from: usize) -> Option<(usize, usize)> {
+    let mut search = from;
+    while let Some(j) = template[search..].find("{%") {
+        let start = search + j;
+        let rest = &template[start + 2..];
+        let inner_start = rest.trim_start_matches(|c: char| c == '-' || c == '+').trim_start();
+        if inner_start.starts_with("endraw") {
+            let close = rest.find("%}")?;
+            return Some((start, start + 2 + close + 2));
+        }
+        search = start + 2;
+    }
+    None
+}
+
+/// Scan a tag body from `start` until `close`, skipping string literals. Returns the offset
+/// after the closing delimiter and the unescaped string constants found.
+fn scan_tag(template: &str, start: usize, close: &str) -> (usize, Vec<String>) {
+    let bytes = template.as_bytes();
+    let mut strings = Vec::new();
+    let mut i = start;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'\'' || b == b'"' {
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j] != b {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = j.min(bytes.len());
+            strings.push(unescape(&template[i + 1..end]));
+            i = end + 1;
+            continue;
+        }
+        if template[i..].starts_with(close) {
+            return (i + close.len(), strings);
+        }
+        i += 1;
+    }
+    (bytes.len(), strings)
+}
+
+/// Unescape a Jinja string literal body (Python `unicode-escape` rules).
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(e) = chars.next() else {
+            out.push('\\');
+            break;
+        };
+        let hex = |chars: &mut std::iter::Peekable<std::str::Chars>, n: usize| -> Option<char> {
+            let digits: String = (0..n).filter_map(|_| chars.next()).collect();
+            u32::from_str_radix(&digits, 16).ok().and_then(char::from_u32)
+        };
+        match e {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            '\\' => out.push('\\'),
+            '\'' => out.push('\''),
+            '"' => out.push('"'),
+            'a' => out.push('\u{07}'),
+            'b' => out.push('\u{08}'),
+            'f' => out.push('\u{0C}'),
+            'v' => out.push('\u{0B}'),
+            '\n' => {}
+            'x' => out.extend(hex(&mut chars, 2)),
+            'u' => out.extend(hex(&mut chars, 4)),
+            'U' => out.extend(hex(&mut chars, 8)),
+            other => {
+                out.push('\\');
+                out.push(other);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_cover_raw_text_and_strings_but_not_comments() {
+        let t = "A{# <c> #}B{{ '<x>' + message['role'] + \"<y>\\n\" }}C{% if a == 'z%}' %}D{% endif %}";
+        let lits = template_literals(t);
+        assert_eq!(lits, vec!["A", "B", "<x>", "role", "<y>\n", "C", "z%}", "D"]);
+    }
+
+    #[test]
+    fn raw_blocks_are_literal_text() {
+        let lits = template_literals("a{% raw %}{{ '<q>' }}{% endraw %}b");
+        assert!(lits.iter().any(|l| l == "{{ '<q>' }}"), "{lits:?}");
+        assert!(lits.iter().any(|l| l == "b"));
+    }
+
+    #[test]
+    fn unescape_follows_python() {
+        assert_eq!(unescape(r"a\nb\tc\\d\'e\u00e9\x41\q"), "a\nb\tc\\d'eéA\\q");
+    }
+
+    fn added(id: u32, content: &str, special: bool) -> AddedTokenInfo {
+        AddedTokenInfo {
+            id,
+            content: content.into(),
+            special,
+            lstrip: false,
+            rstrip: false,
+            single_word: false,
+            normalized: !special,
+        }
+    }
+
+    #[test]
+    fn control_tokens_are_special_or_in_template_literals() {
+        let toks = vec![
+            added(1, "<s>", true),
+            added(2, "<tool_call>", false),
+            added(3, "<unused>", false),
+            added(4, "\n\n", false),
+        ];
+        let ct = ControlTokens::for_template(&toks, "{{ '<tool_call>\n\n' }}");
+        let names: Vec<_> = ct.tokens().iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(names, vec!["<s>", "<tool_call>"]);
+    }
+
+    #[test]
+    fn matcher_is_leftmost_longest() {
+        let ct = ControlTokens::new(vec![("<a>".into(), 1), ("<a>b".into(), 2), ("b".into(), 3)]);
+        let m: Vec<_> = ct.find_iter("x<a>bb<a>").map(|m| (m.start, m.end, m.id)).collect();
+        assert_eq!(m, vec![(1, 5, 2), (5, 6, 3), (6, 9, 1)]);
+    }
+}

@@ -1,0 +1,41 @@
+//! # chatids
+//!
+//! Chat conversations straight to token ids for open-weight LLMs, token-for-token identical
+//! to transformers' `apply_chat_template` with the checkpoint's own template, and safe against
+//! special-token injection by default.
+//!
+//! The pipeline, one module per step:
+//!
+//! 1. [`checkpoint`] loads a checkpoint directory (tokenizer, special tokens, chat template),
+//!    adjusting the tokenizer to encode as transformers loads it.
+//! 2. [`formats`] holds the native renderers; each turns [`message::Message`]s into a
+//!    [`pieces::Pieces`] stream of template tokens, template text and content, every piece
+//!    tagged with its message.
+//! 3. [`encoding`] turns the piece stream into ids: tokens as ids, each run of text through
+//!    the [`text::TextEncoder`], control tokens in content neutralised
+//!    ([`control_tokens`]).
+//! 4. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
+//!    parallel.
+//!
+//! The Python bindings (`chatids._core`, feature `python`) only convert types.
+
+pub mod batch;
+pub mod checkpoint;
+pub mod control_tokens;
+pub mod encoder;
+pub mod encoding;
+pub mod error;
+pub mod formats;
+pub mod message;
+pub mod pieces;
+pub mod pystr;
+pub mod text;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use batch::Batch;
+pub use encoder::{EncodeOptions, Encoder, FormatChoice};
+pub use encoding::{EncodedChat, Tracking};
+pub use error::{Error, Result, TemplateError};
+pub use message::{Content, ContentPart, Message, TemplateValue};

@@ -1,0 +1,80 @@
+//! The conversation model: messages as chat templates see them.
+//!
+//! A [`Message`] mirrors the dict that `apply_chat_template` receives after transformers'
+//! own preprocessing: keys whose value is `None` are absent, and the reasoning aliases
+//! (`reasoning_content`, `thinking`, `reasoning`) are folded into one field.
+
+/// One part of a multi-part message content (`[{"type": "text", "text": ...}, ...]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentPart {
+    /// A `{"type": "text", "text": ...}` part.
+    Text(String),
+    /// Any other part (image, audio, ...); only its `type` is kept.
+    Other { kind: String },
+}
+
+/// The `content` of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// A plain string.
+    Text(String),
+    /// A list of typed parts.
+    Parts(Vec<ContentPart>),
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Message {
+    /// The role string, passed through as given (`"user"`, `"assistant"`, `"system"`, ...).
+    pub role: String,
+    /// The content; `None` when the key is missing or `None`.
+    pub content: Option<Content>,
+    /// Reasoning text: the first of `reasoning_content`, `thinking`, `reasoning` that is set
+    /// (transformers copies it under all three names before rendering).
+    pub reasoning_content: Option<String>,
+    /// Whether the message carries a non-`None` `tool_calls` key, and how many calls it
+    /// lists (`None` when `tool_calls` is not a list). Tool calls are rendered by a later
+    /// version of the formats; today every format rejects them explicitly.
+    pub tool_calls: Option<Option<usize>>,
+}
+
+impl Message {
+    /// A message with a plain string content.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Message { role: role.into(), content: Some(Content::Text(content.into())), ..Default::default() }
+    }
+
+    /// The content as a string, or `None` if it is missing or a list of parts.
+    pub fn text(&self) -> Option<&str> {
+        match &self.content {
+            Some(Content::Text(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A value passed to the template as a keyword argument (`date_string=...`,
+/// `enable_thinking=...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateValue {
+    /// A string.
+    Str(String),
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// Python's `None`.
+    None,
+}
+
+impl TemplateValue {
+    /// A short name of the value's type, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            TemplateValue::Str(_) => "str",
+            TemplateValue::Bool(_) => "bool",
+            TemplateValue::Int(_) => "int",
+            TemplateValue::None => "None",
+        }
+    }
+}

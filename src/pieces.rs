@@ -1,0 +1,189 @@
+//! The piece stream: what a format renderer emits.
+//!
+//! A format walks the messages and emits, in order, template control tokens (emitted as
+//! ids), template text, and content (text that comes from the caller: message contents,
+//! role names, template arguments). Every piece carries the index of the message it
+//! belongs to. Consecutive text pieces form one *run*: special tokens are the only hard
+//! BPE boundaries, so a run is encoded as one unit (see [`crate::encoding`]).
+
+use std::borrow::Cow;
+
+/// A control token that a format writes, resolved against the checkpoint's tokenizer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateToken {
+    /// The token id.
+    pub id: u32,
+    /// The token's text (`"<|eot_id|>"`), used when rendering.
+    pub text: String,
+}
+
+/// What a piece is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceKind {
+    /// A template control token, emitted as its id.
+    Token(u32),
+    /// Text the template writes itself; added tokens in it are matched.
+    TemplateText,
+    /// Text that comes from the caller (message content, role, template argument). With
+    /// `sanitize_control_tokens` its control tokens are encoded as plain text.
+    Content,
+}
+
+/// One piece of a rendered conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece<'a> {
+    /// What the piece is.
+    pub kind: PieceKind,
+    /// Its text (for a token, the token's text).
+    pub text: Cow<'a, str>,
+    /// Index of the message it belongs to; `None` for template text outside any message
+    /// (a default system prompt, the generation prompt).
+    pub message: Option<u32>,
+}
+
+/// A group of consecutive pieces that the encoder handles together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment<'p, 'a> {
+    /// A template control token.
+    Token(&'p Piece<'a>),
+    /// A run of consecutive text pieces (template text and content), encoded as one unit.
+    Run(&'p [Piece<'a>]),
+}
+
+/// The ordered pieces of one conversation, built by a format renderer.
+#[derive(Debug, Default, Clone)]
+pub struct Pieces<'a> {
+    items: Vec<Piece<'a>>,
+    message: Option<u32>,
+}
+
+impl<'a> Pieces<'a> {
+    /// An empty stream.
+    pub fn new() -> Self {
+        Pieces::default()
+    }
+
+    /// Tag the pieces that follow with message `index` (`None`: no message).
+    pub fn set_message(&mut self, index: Option<usize>) {
+        self.message = index.map(|i| i as u32);
+    }
+
+    /// Emit a template control token.
+    pub fn token(&mut self, token: &'a TemplateToken) {
+        self.items.push(Piece { kind: PieceKind::Token(token.id), text: Cow::Borrowed(&token.text), message: self.message });
+    }
+
+    /// Emit template text. Empty text is skipped.
+    pub fn text(&mut self, text: impl Into<Cow<'a, str>>) {
+        self.push(PieceKind::TemplateText, text.into());
+    }
+
+    /// Emit caller-supplied text. Empty text is skipped.
+    pub fn content(&mut self, text: impl Into<Cow<'a, str>>) {
+        self.push(PieceKind::Content, text.into());
+    }
+
+    fn push(&mut self, kind: PieceKind, text: Cow<'a, str>) {
+        if !text.is_empty() {
+            self.items.push(Piece { kind, text, message: self.message });
+        }
+    }
+
+    /// The pieces in order.
+    pub fn as_slice(&self) -> &[Piece<'a>] {
+        &self.items
+    }
+
+    /// The rendered prompt: every piece's text, concatenated. This is what
+    /// `apply_chat_template(..., tokenize=False)` returns.
+    pub fn render(&self) -> String {
+        let mut s = String::with_capacity(self.items.iter().map(|p| p.text.len()).sum());
+        for p in &self.items {
+            s.push_str(&p.text);
+        }
+        s
+    }
+
+    /// The segments: each token on its own, and each maximal run of text pieces.
+    pub fn segments(&self) -> impl Iterator<Item = Segment<'_, 'a>> {
+        segments(&self.items)
+    }
+}
+
+/// Split `pieces` into tokens and maximal runs of consecutive text pieces.
+pub fn segments<'p, 'a>(pieces: &'p [Piece<'a>]) -> impl Iterator<Item = Segment<'p, 'a>> {
+    let mut rest = pieces;
+    std::iter::from_fn(move || {
+        let first = rest.first()?;
+        if let PieceKind::Token(_) = first.kind {
+            rest = &rest[1..];
+            return Some(Segment::Token(first));
+        }
+        let len = rest.iter().position(|p| matches!(p.kind, PieceKind::Token(_))).unwrap_or(rest.len());
+        let (run, tail) = rest.split_at(len);
+        rest = tail;
+        Some(Segment::Run(run))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tok(id: u32, text: &str) -> TemplateToken {
+        TemplateToken { id, text: text.to_string() }
+    }
+
+    #[test]
+    fn pieces_carry_message_index_and_skip_empty_text() {
+        let start = tok(1, "<s>");
+        let mut p = Pieces::new();
+        p.token(&start);
+        p.set_message(Some(0));
+        p.text("user\n");
+        p.content("");
+        p.content("hi");
+        p.set_message(None);
+        p.text("tail");
+        let kinds: Vec<_> = p.as_slice().iter().map(|x| (x.kind, x.text.as_ref(), x.message)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (PieceKind::Token(1), "<s>", None),
+                (PieceKind::TemplateText, "user\n", Some(0)),
+                (PieceKind::Content, "hi", Some(0)),
+                (PieceKind::TemplateText, "tail", None),
+            ]
+        );
+        assert_eq!(p.render(), "<s>user\nhitail");
+    }
+
+    #[test]
+    fn runs_merge_adjacent_text_and_content_between_tokens() {
+        let a = tok(1, "<a>");
+        let b = tok(2, "<b>");
+        let mut p = Pieces::new();
+        p.text("x");
+        p.content("y");
+        p.token(&a);
+        p.token(&b);
+        p.content("z");
+        p.text("w");
+        p.token(&a);
+        let shape: Vec<String> = p
+            .segments()
+            .map(|s| match s {
+                Segment::Token(t) => format!("T{}", t.text),
+                Segment::Run(r) => format!("R[{}]", r.iter().map(|x| x.text.as_ref()).collect::<Vec<_>>().join("|")),
+            })
+            .collect();
+        assert_eq!(shape, vec!["R[x|y]", "T<a>", "T<b>", "R[z|w]", "T<a>"]);
+    }
+
+    #[test]
+    fn empty_stream_has_no_segments() {
+        let p = Pieces::new();
+        assert_eq!(p.segments().count(), 0);
+        assert_eq!(p.render(), "");
+    }
+}
