@@ -1,13 +1,18 @@
 //! [`TextEncoder`] backed by the `tokenizers` crate.
 
 use tokenizers::{
-    Model, NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
-    PreTokenizerWrapper, Tokenizer,
+    Model, ModelWrapper, NormalizedString, Normalizer, NormalizerWrapper, OffsetReferential, OffsetType,
+    PreTokenizedString, PreTokenizer, PreTokenizerWrapper, Tokenizer,
 };
+use unicode_normalization::{is_nfc_quick, IsNormalized};
 
 use super::{TextEncoder, TextOptions};
 use crate::error::{Error, Result};
 use tokenizers::pre_tokenizers::metaspace::PrependScheme;
+
+/// Words each thread's BPE cache holds (the crate's default is 10,000). A cache hit skips the
+/// merge loop; the output is the same either way.
+const BPE_CACHE_WORDS: usize = 100_000;
 
 /// The `tokenizers` crate's pipeline (added tokens, normalizer, pre-tokenizer, model), run
 /// without building an `Encoding` unless offsets are asked for.
@@ -20,8 +25,13 @@ pub struct HfTextEncoder {
 
 impl HfTextEncoder {
     /// Wrap a loaded tokenizer.
-    pub fn new(tokenizer: Tokenizer) -> Self {
+    pub fn new(mut tokenizer: Tokenizer) -> Self {
         let pre_tokenizer_not_at_start = tokenizer.get_pre_tokenizer().and_then(without_first_prefix);
+        if let ModelWrapper::BPE(bpe) = tokenizer.get_model() {
+            let mut bpe = bpe.clone();
+            bpe.resize_cache(BPE_CACHE_WORDS);
+            tokenizer.with_model(bpe);
+        }
         HfTextEncoder { tokenizer, pre_tokenizer_not_at_start }
     }
 
@@ -31,7 +41,11 @@ impl HfTextEncoder {
     }
 
     fn pipeline(&self, text: &str, options: TextOptions) -> Result<PreTokenizedString> {
-        let normalizer = self.tokenizer.get_normalizer();
+        let normalizer = match self.tokenizer.get_normalizer() {
+            // NFC of text that is already NFC is the identity: skip building its alignments.
+            Some(NormalizerWrapper::NFC(_)) if is_nfc_quick(text.chars()) == IsNormalized::Yes => None,
+            other => other,
+        };
         let mut pretokenized = if options.added_tokens {
             self.tokenizer.get_added_vocabulary().extract_and_normalize(normalizer, text)
         } else {

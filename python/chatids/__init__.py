@@ -1,0 +1,22 @@
+"""chatids: chat conversations straight to token ids for open-weight LLMs.
+
+Token-for-token identical to ``transformers``' ``apply_chat_template`` with the checkpoint's own
+template, and safe against special-token injection by default::
+
+    import chatids
+    enc = chatids.Encoder.from_pretrained("path/to/Llama-3.1-8B-Instruct")
+    ids = enc.encode([{"role": "user", "content": "Hello!"}], add_generation_prompt=True)
+"""
+
+from ._core import ChatTemplateError, CheckpointError, __version__
+from ._encoder import FORMATS, Batch, EncodedChat, Encoder
+
+__all__ = [
+    "FORMATS",
+    "Batch",
+    "ChatTemplateError",
+    "CheckpointError",
+    "EncodedChat",
+    "Encoder",
+    "__version__",
+]

@@ -1,0 +1,54 @@
+"""Type stubs for the compiled core ``chatids._core``."""
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+__version__: str
+
+class ChatTemplateError(ValueError):
+    """A conversation breaks a rule of the chat format; names the message index and rule."""
+
+class CheckpointError(ValueError):
+    """A checkpoint or its chat format cannot be loaded."""
+
+class Encoder:
+    @staticmethod
+    def from_pretrained(path: str, format: Optional[str] = None) -> Encoder: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def stop_token_ids(self) -> list[int]: ...
+    @property
+    def clock_defaults(self) -> list[tuple[str, str]]: ...
+    @property
+    def control_tokens(self) -> list[tuple[str, int]]: ...
+    def explain(self) -> str: ...
+    def encode(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        kwargs: Optional[dict[str, Any]] = None,
+    ) -> np.ndarray: ...
+    def encode_detailed(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        kwargs: Optional[dict[str, Any]] = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+    def render(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool = False,
+        kwargs: Optional[dict[str, Any]] = None,
+    ) -> str: ...
+    def encode_batch(
+        self,
+        conversations: Sequence[Sequence[Any]],
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        kwargs: Optional[dict[str, Any]] = None,
+        num_threads: Optional[int] = None,
+    ) -> tuple[np.ndarray, np.ndarray]: ...

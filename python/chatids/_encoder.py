@@ -1,0 +1,179 @@
+"""The public Python API: :class:`Encoder`, :class:`Batch`, :class:`EncodedChat`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _core
+
+#: The native formats, by name.
+FORMATS = ("llama-3", "llama-3.1", "llama-3.2", "chatml", "qwen2", "qwen2.5", "qwen3")
+
+Message = Mapping[str, Any]
+Conversation = Sequence[Message]
+
+
+@dataclass(frozen=True)
+class EncodedChat:
+    """The ids of one conversation with per-token provenance."""
+
+    #: Token ids (uint32).
+    ids: np.ndarray
+    #: Per token, the index of the message it belongs to; -1 for template text outside any
+    #: message (a default system prompt, the generation prompt).
+    message_indices: np.ndarray
+    #: Per token, whether it starts inside caller-supplied text (content, role, template
+    #: argument) rather than template text or a template token.
+    from_content: np.ndarray
+
+
+class Batch:
+    """Token ids of many conversations in one flat array.
+
+    Conversation ``i`` is ``ids[offsets[i]:offsets[i + 1]]``; ``batch[i]`` returns that view.
+    """
+
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        #: All token ids (uint32), conversation after conversation.
+        self.ids = ids
+        #: ``len(self) + 1`` int64 offsets into :attr:`ids`.
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"batch index {i} out of range for {n} conversations")
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Number of tokens of each conversation."""
+        return np.diff(self.offsets)
+
+    def __repr__(self) -> str:
+        return f"Batch({len(self)} conversations, {len(self.ids)} tokens)"
+
+
+class Encoder:
+    """Encodes conversations for one checkpoint, exactly as its chat template does.
+
+    Build it with :meth:`from_pretrained`. Every method takes ``messages`` as a list of dicts
+    with ``role`` and ``content`` (a string, or a list of ``{"type": "text", "text": ...}``
+    parts where the format accepts that), and the template's keyword arguments (for example
+    ``date_string`` for Llama 3.1, ``enable_thinking`` for Qwen3) as extra keyword arguments.
+    """
+
+    def __init__(self, core: _core.Encoder) -> None:
+        self._core = core
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, os.PathLike], *, format: Optional[str] = None) -> "Encoder":
+        """Load a local checkpoint directory (``tokenizer.json`` + ``tokenizer_config.json``).
+
+        The native format is chosen from the checkpoint's chat template: it must be byte for
+        byte one of the official templates chatids reproduces, or :class:`CheckpointError` is
+        raised. ``format=`` forces a format (see :meth:`explain`).
+        """
+        return cls(_core.Encoder.from_pretrained(os.fspath(path), format))
+
+    @property
+    def format(self) -> str:
+        """The native format in use, e.g. ``"llama-3.1"``."""
+        return self._core.format
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Ids that end an assistant turn: the format's end-of-turn tokens, the config's
+        ``eos_token`` and ``generation_config.json``'s ``eos_token_id``."""
+        return self._core.stop_token_ids
+
+    @property
+    def control_tokens(self) -> list[tuple[str, int]]:
+        """The tokens content may never produce with ``sanitize_control_tokens=True``: the
+        special tokens plus the added tokens in the template's literal text."""
+        return self._core.control_tokens
+
+    def explain(self) -> str:
+        """Why this format was chosen and what was adjusted to match transformers."""
+        return self._core.explain()
+
+    def _template_kwargs(self, template_kwargs: dict[str, Any]) -> dict[str, Any]:
+        # Templates that read the clock (Llama 3.2's date) get it here, never in the core.
+        for name, fmt in self._core.clock_defaults:
+            if name not in template_kwargs:
+                template_kwargs[name] = datetime.now().strftime(fmt)
+        return template_kwargs
+
+    def encode(
+        self,
+        messages: Conversation,
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        **template_kwargs: Any,
+    ) -> np.ndarray:
+        """Token ids (1-D uint32) of the conversation.
+
+        Equal to ``apply_chat_template(messages, tokenize=True, add_generation_prompt=...,
+        sanitize_control_tokens=...)``. With ``sanitize_control_tokens=True`` (the default),
+        control tokens typed inside content are encoded as plain text; ``False`` parses them
+        as transformers' plain ``apply_chat_template`` does, so content can forge turns.
+        """
+        kwargs = self._template_kwargs(template_kwargs)
+        return self._core.encode(messages, add_generation_prompt, sanitize_control_tokens, kwargs)
+
+    def encode_detailed(
+        self,
+        messages: Conversation,
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        **template_kwargs: Any,
+    ) -> EncodedChat:
+        """Like :meth:`encode`, with each token's message index and origin."""
+        kwargs = self._template_kwargs(template_kwargs)
+        ids, message_indices, from_content = self._core.encode_detailed(
+            messages, add_generation_prompt, sanitize_control_tokens, kwargs
+        )
+        return EncodedChat(ids, message_indices, from_content)
+
+    def render(self, messages: Conversation, add_generation_prompt: bool = False, **template_kwargs: Any) -> str:
+        """The prompt as text, equal to ``apply_chat_template(..., tokenize=False)``."""
+        kwargs = self._template_kwargs(template_kwargs)
+        return self._core.render(messages, add_generation_prompt, kwargs)
+
+    def encode_batch(
+        self,
+        conversations: Sequence[Conversation],
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        num_threads: Optional[int] = None,
+        **template_kwargs: Any,
+    ) -> Batch:
+        """Encode many conversations in parallel with the GIL released.
+
+        ``num_threads=None`` uses every core (or ``RAYON_NUM_THREADS``). The first invalid
+        conversation raises :class:`ChatTemplateError` naming its index.
+        """
+        kwargs = self._template_kwargs(template_kwargs)
+        ids, offsets = self._core.encode_batch(
+            conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads
+        )
+        return Batch(ids, offsets)
+
+    def __repr__(self) -> str:
+        return f"chatids.Encoder(format={self.format!r})"

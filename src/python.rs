@@ -1,0 +1,317 @@
+//! The PyO3 bindings (`chatids._core`): type conversion only.
+//!
+//! Python objects are converted to [`Message`]s (with errors that name the message and the
+//! field), the core runs with the GIL released, and ids come back as numpy arrays. Rust
+//! panics are caught and raised as `RuntimeError`, never as an abort.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+
+use crate::encoder::{EncodeOptions, Encoder, FormatChoice};
+use crate::encoding::Tracking;
+use crate::error::{Error, TemplateError};
+use crate::formats::TemplateArgs;
+use crate::message::{Content, ContentPart, Message, TemplateValue};
+
+create_exception!(
+    _core,
+    ChatTemplateError,
+    PyValueError,
+    "A conversation breaks a rule of the chat format; the message names the message index and the rule."
+);
+create_exception!(_core, CheckpointError, PyValueError, "A checkpoint or its chat format cannot be loaded.");
+
+fn to_py_err(e: Error) -> PyErr {
+    match e {
+        Error::Template(t) => ChatTemplateError::new_err(t.to_string()),
+        Error::Load(msg) => CheckpointError::new_err(msg),
+        Error::Tokenizer(msg) => PyRuntimeError::new_err(format!("tokenizer error: {msg}")),
+    }
+}
+
+/// Run `f`, turning a Rust panic into a `RuntimeError`.
+fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.map_err(to_py_err),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(PyRuntimeError::new_err(format!("chatids internal error (please report): {what}")))
+        }
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+fn get<'py>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(dict.get_item(key)?.filter(|v| !v.is_none()))
+}
+
+fn string_field(value: &Bound<'_, PyAny>, i: usize, field: &str) -> Result<String, TemplateError> {
+    match value.cast::<PyString>() {
+        Ok(s) => s.to_cow().map(|c| c.into_owned()).map_err(|e| TemplateError::at(i, format!("'{field}' is not valid text: {e}"))),
+        Err(_) => Err(TemplateError::at(i, format!("'{field}' must be a str, not {}", type_name(value)))),
+    }
+}
+
+fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, TemplateError> {
+    if value.is_instance_of::<PyString>() {
+        return Ok(Content::Text(string_field(value, i, "content")?));
+    }
+    let Ok(list) = value.cast::<PyList>() else {
+        return Err(TemplateError::at(
+            i,
+            format!("'content' must be a str or a list of {{'type': 'text', 'text': ...}} parts, not {}", type_name(value)),
+        ));
+    };
+    let mut parts = Vec::with_capacity(list.len());
+    for (j, part) in list.iter().enumerate() {
+        let Ok(part) = part.cast::<PyDict>() else {
+            return Err(TemplateError::at(i, format!("content part {j} must be a dict, not {}", type_name(&part))));
+        };
+        let kind = match get(part, "type").map_err(|e| TemplateError::at(i, e.to_string()))? {
+            Some(t) => string_field(&t, i, &format!("content[{j}].type"))?,
+            None => return Err(TemplateError::at(i, format!("content part {j} has no 'type'"))),
+        };
+        if kind == "text" {
+            let text = get(part, "text").map_err(|e| TemplateError::at(i, e.to_string()))?;
+            let text = text.ok_or_else(|| TemplateError::at(i, format!("content part {j} of type 'text' has no 'text'")))?;
+            parts.push(ContentPart::Text(string_field(&text, i, &format!("content[{j}].text"))?));
+        } else {
+            parts.push(ContentPart::Other { kind });
+        }
+    }
+    Ok(Content::Parts(parts))
+}
+
+/// One message dict, with transformers' preprocessing: `None` values count as missing, and
+/// the reasoning aliases fold into `reasoning_content`.
+fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, TemplateError> {
+    let Ok(dict) = obj.cast::<PyDict>() else {
+        return Err(TemplateError::at(i, format!("a message must be a dict with 'role' and 'content', not {}", type_name(obj))));
+    };
+    let field = |key: &str| get(dict, key).map_err(|e| TemplateError::at(i, e.to_string()));
+    let role = match field("role")? {
+        Some(r) => string_field(&r, i, "role")?,
+        None => return Err(TemplateError::at(i, "the message has no 'role'")),
+    };
+    let content = field("content")?.map(|c| content_from_py(&c, i)).transpose()?;
+    let mut reasoning_content = None;
+    for key in ["reasoning_content", "thinking", "reasoning"] {
+        if let Some(r) = field(key)? {
+            reasoning_content = Some(string_field(&r, i, key)?);
+            break;
+        }
+    }
+    let tool_calls = field("tool_calls")?.map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    Ok(Message { role, content, reasoning_content, tool_calls })
+}
+
+fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateError> {
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = obj.cast::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = obj.cast::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        return Err(TemplateError::whole(format!("messages must be a list of dicts, not {}", type_name(obj))));
+    };
+    items.iter().enumerate().map(|(i, m)| message_from_py(m, i)).collect()
+}
+
+fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, TemplateError> {
+    let mut args = TemplateArgs::new();
+    let Some(kwargs) = kwargs else { return Ok(args) };
+    for (key, value) in kwargs.iter() {
+        let name = key.extract::<String>().map_err(|_| TemplateError::whole("template argument names must be str"))?;
+        let v = if value.is_none() {
+            TemplateValue::None
+        } else if let Ok(b) = value.cast::<PyBool>() {
+            TemplateValue::Bool(b.is_true())
+        } else if value.is_instance_of::<PyInt>() {
+            TemplateValue::Int(value.extract::<i64>().map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?)
+        } else if value.is_instance_of::<PyString>() {
+            TemplateValue::Str(value.extract::<String>().map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?)
+        } else {
+            return Err(TemplateError::whole(format!(
+                "template argument {name} has type {}; chatids passes str, bool, int and None",
+                type_name(&value)
+            )));
+        };
+        args.insert(name, v);
+    }
+    Ok(args)
+}
+
+fn options(add_generation_prompt: bool, sanitize: bool, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<EncodeOptions> {
+    Ok(EncodeOptions {
+        add_generation_prompt,
+        sanitize_control_tokens: sanitize,
+        kwargs: kwargs_from_py(kwargs).map_err(|e| to_py_err(e.into()))?,
+    })
+}
+
+/// The compiled core of a chatids encoder. Use `chatids.Encoder`, which wraps it.
+#[pyclass(name = "Encoder", module = "chatids._core", frozen)]
+struct PyEncoder {
+    inner: Arc<Encoder>,
+}
+
+#[pymethods]
+impl PyEncoder {
+    /// Load a checkpoint directory; `format` forces a native format.
+    #[staticmethod]
+    #[pyo3(signature = (path, format=None))]
+    fn from_pretrained(py: Python<'_>, path: std::path::PathBuf, format: Option<String>) -> PyResult<Self> {
+        let encoder = py.detach(|| guarded(|| Encoder::from_dir(&path, format.as_deref())))?;
+        Ok(PyEncoder { inner: Arc::new(encoder) })
+    }
+
+    /// The native format's name.
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.inner.format_name()
+    }
+
+    /// Ids that end an assistant turn.
+    #[getter]
+    fn stop_token_ids(&self) -> Vec<u32> {
+        self.inner.stop_token_ids().to_vec()
+    }
+
+    /// `(argument, strftime format)` pairs the template fills from the clock.
+    #[getter]
+    fn clock_defaults(&self) -> Vec<(&'static str, &'static str)> {
+        self.inner.clock_defaults().to_vec()
+    }
+
+    /// The control tokens as `(text, id)` pairs.
+    #[getter]
+    fn control_tokens(&self) -> Vec<(String, u32)> {
+        self.inner.control_tokens().tokens().to_vec()
+    }
+
+    /// Why this format was chosen, and what was adjusted to match transformers.
+    fn explain(&self) -> String {
+        let enc = &self.inner;
+        let mut lines = vec![match enc.format_choice() {
+            FormatChoice::TemplateMatch { source } => format!(
+                "format {}: the checkpoint's chat template (sha256 {}) is byte-for-byte the official template of {source}",
+                enc.format_name(),
+                enc.template_fingerprint()
+            ),
+            FormatChoice::Explicit { template_matches: true } => format!(
+                "format {}: chosen by the caller; the checkpoint's template is this format's official template",
+                enc.format_name()
+            ),
+            FormatChoice::Explicit { template_matches: false } => format!(
+                "format {}: chosen by the caller; the checkpoint's template (sha256 {}) is NOT this format's official \
+                 template, so the output is not verified against it",
+                enc.format_name(),
+                enc.template_fingerprint()
+            ),
+        }];
+        if let Some(note) = enc.checkpoint_note() {
+            lines.push(format!("tokenizer: {note}"));
+        }
+        lines.join("\n")
+    }
+
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None))]
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        add_generation_prompt: bool,
+        sanitize_control_tokens: bool,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
+        let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
+        let ids = py.detach(|| guarded(|| self.inner.encode(&messages, &options)))?;
+        Ok(ids.into_pyarray(py))
+    }
+
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None))]
+    #[allow(clippy::type_complexity)]
+    fn encode_detailed<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        add_generation_prompt: bool,
+        sanitize_control_tokens: bool,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<bool>>)> {
+        let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
+        let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
+        let tracking = Tracking { message_indices: true, from_content: true };
+        let chat = py.detach(|| guarded(|| self.inner.encode_tracked(&messages, &options, tracking)))?;
+        Ok((chat.ids.into_pyarray(py), chat.message_indices.into_pyarray(py), chat.from_content.into_pyarray(py)))
+    }
+
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None))]
+    fn render(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        add_generation_prompt: bool,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<String> {
+        let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
+        let options = options(add_generation_prompt, true, kwargs)?;
+        py.detach(|| guarded(|| self.inner.render(&messages, &options)))
+    }
+
+    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None))]
+    #[allow(clippy::type_complexity)]
+    fn encode_batch<'py>(
+        &self,
+        py: Python<'py>,
+        conversations: &Bound<'py, PyAny>,
+        add_generation_prompt: bool,
+        sanitize_control_tokens: bool,
+        kwargs: Option<&Bound<'py, PyDict>>,
+        num_threads: Option<usize>,
+    ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
+        let items: Vec<Bound<'py, PyAny>> = match conversations.cast::<PyList>() {
+            Ok(list) => list.iter().collect(),
+            Err(_) => match conversations.cast::<PyTuple>() {
+                Ok(t) => t.iter().collect(),
+                Err(_) => {
+                    return Err(ChatTemplateError::new_err(format!(
+                        "conversations must be a list of conversations (lists of message dicts), not {}",
+                        type_name(conversations)
+                    )))
+                }
+            },
+        };
+        let convs = items
+            .iter()
+            .enumerate()
+            .map(|(c, conv)| messages_from_py(conv).map_err(|e| e.in_conversation(c)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| to_py_err(e.into()))?;
+        let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
+        let batch = py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
+        Ok((batch.ids.into_pyarray(py), batch.offsets.into_pyarray(py)))
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEncoder>()?;
+    m.add("ChatTemplateError", m.py().get_type::<ChatTemplateError>())?;
+    m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
