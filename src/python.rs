@@ -201,6 +201,12 @@ impl PyEncoder {
         self.inner.control_tokens().tokens().to_vec()
     }
 
+    /// The tokenizer as chatids runs it (tokenizer.json after the transformers adjustments),
+    /// serialized as JSON. A debugging aid.
+    fn tokenizer_json(&self) -> PyResult<String> {
+        self.inner.text_encoder().tokenizer().to_string(false).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
     /// Why this format was chosen, and what was adjusted to match transformers.
     fn explain(&self) -> String {
         let enc = &self.inner;

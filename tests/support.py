@@ -1,0 +1,308 @@
+"""Shared helpers of the test suite: where the models and data are, and the references.
+
+Models are found through ``CHATIDS_MODELS_DIR`` (``.ci/run`` points it at ``../shared/models``)
+or, outside this workplace, in the local Hugging Face cache. Conversations come from
+``CHATIDS_DATA_DIR``. Every expected id comes from transformers at test time.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import chatids  # noqa: E402
+
+#: Checkpoint directory -> (native format, Hugging Face repo id of the same tokenizer/template).
+MODELS: dict[str, tuple[str, str]] = {
+    "meta-llama-3-8b-instruct": ("llama-3", "meta-llama/Meta-Llama-3-8B-Instruct"),
+    "llama-3.1-8b-instruct": ("llama-3.1", "meta-llama/Llama-3.1-8B-Instruct"),
+    "llama-3.2-3b-instruct": ("llama-3.2", "meta-llama/Llama-3.2-3B-Instruct"),
+    "openhermes-2.5-mistral-7b": ("chatml", "teknium/OpenHermes-2.5-Mistral-7B"),
+    "qwen2-7b-instruct": ("qwen2", "Qwen/Qwen2-7B-Instruct"),
+    "qwen2.5-7b-instruct": ("qwen2.5", "Qwen/Qwen2.5-7B-Instruct"),
+    "qwen3-0.6b": ("qwen3", "Qwen/Qwen3-0.6B"),
+}
+MODEL_NAMES = list(MODELS)
+
+#: The date the tests pass as ``date_string`` (Llama 3.1's own default).
+FIXED_DATE = "26 Jul 2024"
+
+#: Formats whose templates pass any role through unchanged.
+PASS_THROUGH_ROLES = {"llama-3", "llama-3.1", "llama-3.2", "chatml", "qwen2"}
+
+
+def require_models() -> bool:
+    """Whether a missing model must fail instead of skip (set by ``.ci/run``)."""
+    return os.environ.get("CHATIDS_REQUIRE_MODELS", "") not in ("", "0")
+
+
+def model_path(name: str) -> tuple[Optional[Path], str]:
+    """The directory of checkpoint ``name``, or ``None`` and the reason it is missing."""
+    base = os.environ.get("CHATIDS_MODELS_DIR")
+    if base:
+        path = Path(base) / name
+        if (path / "tokenizer.json").is_file():
+            return path, ""
+        reason = f"{path} has no tokenizer.json"
+    else:
+        reason = "CHATIDS_MODELS_DIR is not set"
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot = snapshot_download(MODELS[name][1], local_files_only=True)
+        if (Path(snapshot) / "tokenizer.json").is_file():
+            return Path(snapshot), ""
+    except Exception as e:  # not in the local cache
+        reason += f"; {MODELS[name][1]} is not in the Hugging Face cache ({type(e).__name__})"
+    return None, reason
+
+
+def data_dir() -> tuple[Optional[Path], str]:
+    base = os.environ.get("CHATIDS_DATA_DIR")
+    if not base:
+        return None, "CHATIDS_DATA_DIR is not set"
+    path = Path(base) / "conversations"
+    if not path.is_dir():
+        return None, f"{path} does not exist"
+    return path, ""
+
+
+def corpus_files() -> list[str]:
+    path, _ = data_dir()
+    if path is None:
+        return []
+    return sorted(os.path.basename(f) for f in glob.glob(str(path / "*.jsonl")))
+
+
+def full_conformance() -> bool:
+    """``CHATIDS_CONFORMANCE=full`` compares every conversation; otherwise a fixed sample."""
+    return os.environ.get("CHATIDS_CONFORMANCE", "sample") == "full"
+
+
+#: Conversations per corpus file in sample mode.
+SAMPLE_PER_FILE = 24
+
+
+@functools.lru_cache(maxsize=None)
+def corpus_rows(file_name: str) -> list[dict]:
+    """The conversations of one corpus file: all of them, or a deterministic sample."""
+    path, reason = data_dir()
+    assert path is not None, reason
+    rows = [json.loads(line) for line in open(path / file_name, encoding="utf-8")]
+    if full_conformance():
+        return rows
+    picked = random.Random(f"chatids:{file_name}").sample(range(len(rows)), min(SAMPLE_PER_FILE, len(rows)))
+    return [rows[i] for i in sorted(picked)]
+
+
+@dataclass
+class Model:
+    """A checkpoint with both encoders."""
+
+    name: str
+    format: str
+    path: Path
+    enc: chatids.Encoder
+    tok: Any  # transformers tokenizer
+
+    def kwargs(self) -> dict[str, Any]:
+        return template_kwargs(self.format)
+
+    def ref_ids(self, messages, add_generation_prompt=False, sanitize=True, **kw) -> list[int]:
+        """transformers' ids: the golden expectation."""
+        return list(
+            self.tok.apply_chat_template(
+                messages,
+                tokenize=True,
+                add_generation_prompt=add_generation_prompt,
+                sanitize_control_tokens=sanitize,
+                return_dict=False,
+                **{**self.kwargs(), **kw},
+            )
+        )
+
+    def ref_text(self, messages, add_generation_prompt=False, **kw) -> str:
+        return self.tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **{**self.kwargs(), **kw}
+        )
+
+    def ids(self, messages, add_generation_prompt=False, sanitize=True, **kw) -> list[int]:
+        return self.enc.encode(
+            messages, add_generation_prompt=add_generation_prompt, sanitize_control_tokens=sanitize, **{**self.kwargs(), **kw}
+        ).tolist()
+
+    def text(self, messages, add_generation_prompt=False, **kw) -> str:
+        return self.enc.render(messages, add_generation_prompt=add_generation_prompt, **{**self.kwargs(), **kw})
+
+
+def template_kwargs(fmt: str) -> dict[str, Any]:
+    return {"date_string": FIXED_DATE} if fmt in ("llama-3.1", "llama-3.2") else {}
+
+
+_LOADED: dict[str, Model] = {}
+
+
+def load_model(name: str) -> Model:
+    """Load checkpoint ``name`` with chatids and transformers (cached per session)."""
+    if name not in _LOADED:
+        import pytest
+
+        path, reason = model_path(name)
+        if path is None:
+            message = f"model {name} not found: {reason}"
+            if require_models():
+                pytest.fail(message)
+            pytest.skip(message)
+        from transformers import AutoTokenizer
+
+        _LOADED[name] = Model(
+            name=name,
+            format=MODELS[name][0],
+            path=path,
+            enc=chatids.Encoder.from_pretrained(path),
+            tok=AutoTokenizer.from_pretrained(str(path)),
+        )
+    return _LOADED[name]
+
+
+# --- Where chatids deliberately differs from transformers (each pinned in test_deviations.py) ---
+
+MARKERS = ("\U000f0000", "\U000f0001")
+
+
+def known_deviation(fmt: str, messages: list[dict], sanitize: bool) -> Optional[str]:
+    """The documented reason chatids' ids differ from transformers' for this input, if any.
+
+    All three come from transformers' sanitize implementation, which wraps control tokens in
+    content with private-use marker characters *before* the template runs:
+    the markers stay in the text the template's string methods see, and characters equal to
+    the markers are deleted from content.
+    """
+    if not sanitize:
+        return None
+    for m in messages:
+        content = m.get("content")
+        texts = [content] if isinstance(content, str) else []
+        texts += [m[k] for k in ("reasoning_content", "thinking", "reasoning") if isinstance(m.get(k), str)]
+        if any(marker in t for t in texts for marker in MARKERS):
+            return "content holds transformers' private marker characters U+F0000/U+F0001, which it deletes"
+    if fmt == "qwen3":
+        for m in messages:
+            content = m.get("content")
+            if not isinstance(content, str):
+                continue
+            if m.get("role") == "assistant" and "</think>" in content and m.get("reasoning_content") is None:
+                return "qwen3 splits <think>...</think> out of assistant content; transformers does it on marked text"
+            if m.get("role") == "user" and content.startswith("<tool_response>") and content.endswith("</tool_response>"):
+                return "qwen3 tests user content for <tool_response> wrapping; transformers tests marked text"
+    return None
+
+
+def control_ids(model: Model) -> set[int]:
+    return {i for _, i in model.enc.control_tokens}
+
+
+# --- Comparing one conversation with transformers ---
+
+import re  # noqa: E402
+
+#: The documented reasons chatids refuses a conversation that the template renders: in each,
+#: the template would silently drop or mangle part of the input (see the format docs).
+POLICY_PATTERNS = [
+    re.compile(p)
+    for p in (
+        r"has 'tool_calls', which format \S+ does not render yet",
+        r"'tool' messages are not rendered by format",
+        r"\"(tool|ipython)\" messages \(tool results\) are not rendered by format",
+        r"role .* is not rendered by the qwen\S* template \(it would drop the message silently\)",
+        r"the message has no 'content'",
+        r"takes string content; its template does not read a list of content parts",
+    )
+]
+
+
+@dataclass
+class Outcome:
+    """What happened to one (conversation, add_generation_prompt) case."""
+
+    kind: str  # "compared" | "rejected_by_template" | "rejected_by_policy" | "deviation_documented"
+    detail: str = ""
+    expected: Optional[dict[bool, list[int]]] = None  # sanitize -> expected ids, for batch checks
+
+
+def _first_difference(a: list[int], b: list[int]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"first difference at token {i}: chatids {a[max(0, i - 3):i + 4]} vs transformers {b[max(0, i - 3):i + 4]}"
+    return f"lengths differ: chatids {len(a)} vs transformers {len(b)}"
+
+
+def compare(model: Model, messages: list[dict], add_generation_prompt: bool) -> Outcome:
+    """Compare chatids with transformers on one case; raise AssertionError on any mismatch.
+
+    Text (``render``) and ids in both sanitize modes must be equal to transformers', except in
+    a documented deviation (:func:`known_deviation`), where the alternative property is checked.
+    If the template raises, chatids must raise ``ChatTemplateError`` too. If only chatids
+    refuses, the reason must be one of :data:`POLICY_PATTERNS`.
+    """
+    agp = add_generation_prompt
+    try:
+        ref_text = model.ref_text(messages, agp)
+    except Exception as e:  # the template itself rejects the conversation
+        try:
+            model.text(messages, agp)
+        except chatids.ChatTemplateError:
+            return Outcome("rejected_by_template", f"{type(e).__name__}: {e}")
+        raise AssertionError(f"transformers raised {type(e).__name__}: {e}, chatids rendered the conversation")
+    try:
+        text = model.text(messages, agp)
+    except chatids.ChatTemplateError as e:
+        reason = str(e)
+        assert any(p.search(reason) for p in POLICY_PATTERNS), f"chatids refused with an undocumented reason: {reason}"
+        # Every entry point refuses it the same way.
+        for sanitize in (False, True):
+            try:
+                model.ids(messages, agp, sanitize)
+            except chatids.ChatTemplateError:
+                continue
+            raise AssertionError("render refused the conversation but encode accepted it")
+        return Outcome("rejected_by_policy", re.sub(r"^message \d+: ", "", reason))
+    assert text == ref_text, f"render differs:\nchatids:      {text[:300]!r}\ntransformers: {ref_text[:300]!r}"
+    expected: dict[bool, list[int]] = {}
+    ref_plain = model.ref_ids(messages, agp, sanitize=False)
+    ours_plain = model.ids(messages, agp, sanitize=False)
+    assert ours_plain == ref_plain, "sanitize=False: " + _first_difference(ours_plain, ref_plain)
+    expected[False] = ref_plain
+    ours = model.ids(messages, agp, sanitize=True)
+    deviation = known_deviation(model.format, messages, sanitize=True)
+    if deviation is None:
+        ref = model.ref_ids(messages, agp, sanitize=True)
+        assert ours == ref, "sanitize=True: " + _first_difference(ours, ref)
+        expected[True] = ref
+        return Outcome("compared", expected=expected)
+    # Documented deviation: no control id from content, and where nothing is left to
+    # sanitize after the template's own string handling, the plain encoding.
+    assert_no_control_from_content(model, messages, agp)
+    detailed_plain = model.enc.encode_detailed(messages, agp, False, **model.kwargs())
+    ctrl = control_ids(model)
+    if not any(int(i) in ctrl for i, c in zip(detailed_plain.ids, detailed_plain.from_content) if c):
+        assert ours == ref_plain, "deviation case: " + _first_difference(ours, ref_plain)
+    expected[True] = ours
+    return Outcome("deviation_documented", deviation, expected=expected)
+
+
+def assert_no_control_from_content(model: Model, messages: list[dict], agp: bool) -> None:
+    """With sanitizing on, no control-token id starts inside caller-supplied text."""
+    detailed = model.enc.encode_detailed(messages, agp, True, **model.kwargs())
+    ctrl = control_ids(model)
+    leaked = [(i, int(t)) for i, (t, c) in enumerate(zip(detailed.ids, detailed.from_content)) if c and int(t) in ctrl]
+    assert not leaked, f"control token ids came out of content: {leaked[:5]}"

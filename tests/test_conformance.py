@@ -1,0 +1,52 @@
+"""Conformance with transformers' apply_chat_template on the shared conversation corpus.
+
+For every model directory and corpus file: ``render`` equals ``apply_chat_template(tokenize=False)``,
+``encode`` equals ``apply_chat_template(tokenize=True)`` with ``sanitize_control_tokens`` off and
+on, and ``encode_batch`` equals the same references, for ``add_generation_prompt`` False and
+True. ``CHATIDS_CONFORMANCE=full`` runs every conversation; the default is a fixed sample of
+each file. Conversations with a ``tools`` list are compared without it (tool rendering is a later
+feature), and counted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import support
+from conftest import CONFORMANCE, POLICY_REASONS
+
+FILES = support.corpus_files() or ["<no corpus>"]
+
+
+@pytest.mark.parametrize("corpus_file", FILES)
+def test_corpus_matches_transformers(model: support.Model, corpus_file: str) -> None:
+    if corpus_file == "<no corpus>":
+        _, reason = support.data_dir()
+        if support.require_models():
+            pytest.fail(f"conversation corpus not found: {reason}")
+        pytest.skip(f"conversation corpus not found: {reason}")
+    counts = CONFORMANCE[model.name]
+    accepted: dict[bool, list[tuple[list[dict], dict[bool, list[int]]]]] = {False: [], True: []}
+    for row in support.corpus_rows(corpus_file):
+        counts["conversations"] += 1
+        messages = row["messages"]
+        if row.get("tools"):
+            counts["with_tools_compared_without"] += 1
+        for agp in (False, True):
+            outcome = support.compare(model, messages, agp)
+            counts[outcome.kind] += 1
+            if outcome.kind == "rejected_by_policy":
+                POLICY_REASONS[model.name][outcome.detail] += 1
+            if outcome.expected is not None:
+                accepted[agp].append((messages, outcome.expected))
+    counts["mismatches"] += 0  # any mismatch has failed the test above
+    for agp, cases in accepted.items():
+        if not cases:
+            continue
+        for sanitize in (False, True):
+            batch = model.enc.encode_batch(
+                [m for m, _ in cases], add_generation_prompt=agp, sanitize_control_tokens=sanitize, **model.kwargs()
+            )
+            assert len(batch) == len(cases)
+            for i, (_, expected) in enumerate(cases):
+                assert batch[i].tolist() == expected[sanitize], f"encode_batch differs for case {i}"
