@@ -1,0 +1,56 @@
+# chatids developer commands. Quick start: `make example`, then `make test`.
+
+PYTHON_SYSTEM ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Models and conversations live outside the repository (see README, "Data").
+CHATIDS_MODELS_DIR ?= $(abspath ../shared/models)
+CHATIDS_DATA_DIR ?= $(abspath ../shared/data)
+export CHATIDS_MODELS_DIR CHATIDS_DATA_DIR
+RESULTS := target/results
+
+.PHONY: example develop test test-rust test-python bench-quick conformance-full bench clean
+
+$(VENV)/.installed: requirements-dev.txt
+	$(PYTHON_SYSTEM) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+## Build the extension (release) into the virtualenv.
+develop: $(VENV)/.installed
+	$(VENV)/bin/maturin develop --release --quiet
+
+## Quick start 1: encode the bundled example conversations with Llama 3.1's tokenizer.
+example: develop
+	$(PY) -m chatids encode examples/conversations.jsonl --model $(CHATIDS_MODELS_DIR)/llama-3.1-8b-instruct --show 0,6
+
+## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, benchmarks once).
+test: develop test-rust test-python bench-quick
+
+test-rust:
+	cargo test --quiet
+
+test-python: develop
+	mkdir -p $(RESULTS)
+	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
+	  $(PY) -m pytest tests -q --junitxml=$(RESULTS)/pytest.xml
+	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest.xml
+
+bench-quick: develop
+	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
+
+## Every conversation of the corpus and many more random cases (takes ~15 minutes).
+conformance-full: develop
+	mkdir -p $(RESULTS)
+	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
+	  $(PY) -m pytest tests/test_conformance.py tests/test_edge_cases.py tests/test_properties.py -q
+
+## Full benchmarks; writes the ratios into BENCHMARKS.md.
+bench: develop
+	mkdir -p $(RESULTS)
+	$(PY) -m pytest benches -q --benchmark-json=$(RESULTS)/bench.json
+	$(PY) benches/report.py $(RESULTS)/bench.json --update BENCHMARKS.md
+
+clean:
+	rm -rf target $(VENV)

@@ -1,0 +1,78 @@
+"""Turn a pytest-benchmark JSON file into the ratio tables of BENCHMARKS.md.
+
+Usage: python benches/report.py bench-results/bench.json [--update BENCHMARKS.md]
+
+Within each group, every benchmark's median is divided by chatids' median: "2.10x" means the
+other side takes 2.10 times as long as chatids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+from collections import defaultdict
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+LABELS = {
+    "test_single_chatids": "chatids `Encoder.encode`",
+    "test_single_transformers": "`apply_chat_template(tokenize=True)`",
+    "test_single_transformers_sanitized": "`apply_chat_template(tokenize=True, sanitize_control_tokens=True)`",
+    "test_batch_chatids": "chatids `Encoder.encode_batch`",
+    "test_batch_transformers": "`apply_chat_template(list, tokenize=True)`",
+    "test_batch_tokenizers_encode_batch_fast": "`Tokenizer.encode_batch_fast` (pre-rendered strings)",
+}
+
+
+def tables(data: dict) -> str:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for b in data["benchmarks"]:
+        groups[b["group"]].append(b)
+    lines = []
+    machine = data.get("machine_info", {})
+    lines.append(
+        f"Run {data.get('datetime', '?')[:19]} on {machine.get('cpu', {}).get('count', '?')} cores, "
+        f"Python {machine.get('python_version', platform.python_version())}; medians of "
+        f"{min(b['stats']['rounds'] for b in data['benchmarks'])}+ rounds."
+    )
+    for group in sorted(groups):
+        rows = groups[group]
+        ours = next(b for b in rows if b["name"].split("[")[0].endswith("chatids"))
+        base = ours["stats"]["median"]
+        info = ours.get("extra_info", {})
+        what = f"{info.get('conversations', '?')} conversations"
+        if "tokens" in info:
+            what += f", {info['tokens']:,} tokens"
+        lines += ["", f"**{group}** ({what})", "", "| implementation | median | per conversation | chatids is faster by |", "|---|---|---|---|"]
+        for b in sorted(rows, key=lambda b: b["stats"]["median"]):
+            name = b["name"].split("[")[0]
+            med = b["stats"]["median"]
+            per = med / max(1, b.get("extra_info", {}).get("conversations", 1))
+            ratio = "—" if b is ours else f"{med / base:.2f}x"
+            tok_rate = ""
+            if "tokens" in b.get("extra_info", {}):
+                tok_rate = f" ({b['extra_info']['tokens'] / med / 1e6:.2f} M tokens/s)"
+            lines.append(f"| {LABELS.get(name, name)} | {med * 1e3:.1f} ms{tok_rate} | {per * 1e6:.0f} µs | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("json_file")
+    p.add_argument("--update", help="replace the block between the bench markers in this Markdown file")
+    args = p.parse_args()
+    with open(args.json_file) as f:
+        text = tables(json.load(f))
+    if args.update:
+        with open(args.update) as f:
+            doc = f.read()
+        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), BEGIN + "\n" + text + "\n" + END, doc, flags=re.S)
+        with open(args.update, "w") as f:
+            f.write(doc)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
