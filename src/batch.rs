@@ -54,11 +54,18 @@ pub(crate) fn encode_batch(
             .map(|(chunk_index, chunk)| {
                 let mut out = EncodedChatChunk::default();
                 for (j, messages) in chunk.iter().enumerate() {
-                    let mut chat = EncodedChat { ids: std::mem::take(&mut out.ids), ..Default::default() };
-                    encoder.encode_into(messages, options, Tracking::default(), &mut chat).map_err(|e| match e {
-                        Error::Template(t) => Error::Template(t.in_conversation(chunk_index * CHUNK + j)),
-                        other => other,
-                    })?;
+                    let mut chat = EncodedChat {
+                        ids: std::mem::take(&mut out.ids),
+                        ..Default::default()
+                    };
+                    encoder
+                        .encode_into(messages, options, Tracking::default(), &mut chat)
+                        .map_err(|e| match e {
+                            Error::Template(t) => {
+                                Error::Template(t.in_conversation(chunk_index * CHUNK + j))
+                            }
+                            other => other,
+                        })?;
                     out.ids = chat.ids;
                     out.ends.push(out.ids.len());
                 }
@@ -71,11 +78,16 @@ pub(crate) fn encode_batch(
         Some(n) => thread_pool(n)?.install(work)?,
     };
     let total: usize = chunks.iter().map(|c| c.ids.len()).sum();
-    let mut batch = Batch { ids: Vec::with_capacity(total), offsets: Vec::with_capacity(conversations.len() + 1) };
+    let mut batch = Batch {
+        ids: Vec::with_capacity(total),
+        offsets: Vec::with_capacity(conversations.len() + 1),
+    };
     batch.offsets.push(0);
     for chunk in chunks {
         let base = batch.ids.len();
-        batch.offsets.extend(chunk.ends.iter().map(|&end| (base + end) as i64));
+        batch
+            .offsets
+            .extend(chunk.ends.iter().map(|&end| (base + end) as i64));
         batch.ids.extend_from_slice(&chunk.ids);
     }
     Ok(batch)
@@ -93,7 +105,10 @@ fn thread_pool(n: usize) -> Result<Arc<rayon::ThreadPool>> {
     if n == 0 {
         return Err(Error::Load("num_threads must be at least 1".into()));
     }
-    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(pool) = pools.get(&n) {
         return Ok(pool.clone());
     }

@@ -72,7 +72,9 @@ impl ControlTokens {
         let tokens = added
             .iter()
             .filter(|t| {
-                t.special || (!pystr::is_space(&t.content) && literals.iter().any(|lit| lit.contains(&t.content)))
+                t.special
+                    || (!pystr::is_space(&t.content)
+                        && literals.iter().any(|lit| lit.contains(&t.content)))
             })
             .map(|t| (t.content.clone(), t.id))
             .collect();
@@ -125,7 +127,9 @@ pub fn template_literals(template: &str) -> Vec<String> {
         };
         push_literal(&mut out, &template[text_start..i]);
         if close == "#}" {
-            i = template[i + 2..].find("#}").map_or(bytes.len(), |j| i + 2 + j + 2);
+            i = template[i + 2..]
+                .find("#}")
+                .map_or(bytes.len(), |j| i + 2 + j + 2);
             text_start = i;
             continue;
         }
@@ -155,7 +159,8 @@ fn push_literal(out: &mut Vec<String>, s: &str) {
 /// The keyword of the `{% ... %}` tag that ends at `upto` (e.g. `raw`, `if`).
 fn tag_keyword(upto: &str) -> Option<&str> {
     let open = upto.rfind("{%")?;
-    let inner = upto[open + 2..upto.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+    let inner = upto[open + 2..upto.len() - 2]
+        .trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
     inner.split_whitespace().next()
 }
 
@@ -166,7 +171,7 @@ fn find_endraw(template: &str, from: usize) -> Option<(usize, usize)> {
     while let Some(j) = template[search..].find("{%") {
         let start = search + j;
         let rest = &template[start + 2..];
-        let inner_start = rest.trim_start_matches(|c: char| c == '-' || c == '+').trim_start();
+        let inner_start = rest.trim_start_matches(['-', '+']).trim_start();
         if inner_start.starts_with("endraw") {
             let close = rest.find("%}")?;
             return Some((start, start + 2 + close + 2));
@@ -217,7 +222,9 @@ fn unescape(s: &str) -> String {
         };
         let hex = |chars: &mut std::iter::Peekable<std::str::Chars>, n: usize| -> Option<char> {
             let digits: String = (0..n).filter_map(|_| chars.next()).collect();
-            u32::from_str_radix(&digits, 16).ok().and_then(char::from_u32)
+            u32::from_str_radix(&digits, 16)
+                .ok()
+                .and_then(char::from_u32)
         };
         match e {
             'n' => out.push('\n'),
@@ -249,9 +256,13 @@ mod tests {
 
     #[test]
     fn literals_cover_raw_text_and_strings_but_not_comments() {
-        let t = "A{# <c> #}B{{ '<x>' + message['role'] + \"<y>\\n\" }}C{% if a == 'z%}' %}D{% endif %}";
+        let t =
+            "A{# <c> #}B{{ '<x>' + message['role'] + \"<y>\\n\" }}C{% if a == 'z%}' %}D{% endif %}";
         let lits = template_literals(t);
-        assert_eq!(lits, vec!["A", "B", "<x>", "role", "<y>\n", "C", "z%}", "D"]);
+        assert_eq!(
+            lits,
+            vec!["A", "B", "<x>", "role", "<y>\n", "C", "z%}", "D"]
+        );
     }
 
     #[test]
@@ -294,7 +305,10 @@ mod tests {
     #[test]
     fn matcher_is_leftmost_longest() {
         let ct = ControlTokens::new(vec![("<a>".into(), 1), ("<a>b".into(), 2), ("b".into(), 3)]);
-        let m: Vec<_> = ct.find_iter("x<a>bb<a>").map(|m| (m.start, m.end, m.id)).collect();
+        let m: Vec<_> = ct
+            .find_iter("x<a>bb<a>")
+            .map(|m| (m.start, m.end, m.id))
+            .collect();
         assert_eq!(m, vec![(1, 5, 2), (5, 6, 3), (6, 9, 1)]);
     }
 }

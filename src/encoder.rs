@@ -12,8 +12,9 @@ use crate::message::Message;
 use crate::pieces::Pieces;
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
 
-/// Options of one `encode`/`render` call (transformers' argument names).
-#[derive(Debug, Clone, Default)]
+/// Options of one `encode`/`render` call (transformers' argument names). The default is the
+/// safe one: no generation prompt, control tokens in content sanitized, no template arguments.
+#[derive(Debug, Clone)]
 pub struct EncodeOptions {
     /// Append the header of a new assistant turn.
     pub add_generation_prompt: bool,
@@ -25,10 +26,13 @@ pub struct EncodeOptions {
     pub kwargs: TemplateArgs,
 }
 
-impl EncodeOptions {
-    /// The safe defaults: no generation prompt, control tokens sanitized, no arguments.
-    pub fn new() -> Self {
-        EncodeOptions { sanitize_control_tokens: true, ..Default::default() }
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        EncodeOptions {
+            add_generation_prompt: false,
+            sanitize_control_tokens: true,
+            kwargs: TemplateArgs::new(),
+        }
     }
 }
 
@@ -61,7 +65,10 @@ pub struct Encoder {
 
 impl std::fmt::Debug for Encoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Encoder").field("format", &self.format.name()).field("format_choice", &self.format_choice).finish()
+        f.debug_struct("Encoder")
+            .field("format", &self.format.name())
+            .field("format_choice", &self.format_choice)
+            .finish()
     }
 }
 
@@ -78,30 +85,49 @@ impl Encoder {
     pub fn from_checkpoint(checkpoint: Checkpoint, format: Option<&str>) -> Result<Self> {
         let identified = formats::identify(&checkpoint.chat_template);
         let (name, format_choice) = match (format, identified) {
-            (Some(name), found) => {
-                (name.to_string(), FormatChoice::Explicit { template_matches: found.is_some_and(|(n, _)| n == name) })
+            (Some(name), found) => (
+                name.to_string(),
+                FormatChoice::Explicit {
+                    template_matches: found.is_some_and(|(n, _)| n == name),
+                },
+            ),
+            (None, Some((name, source))) => {
+                (name.to_string(), FormatChoice::TemplateMatch { source })
             }
-            (None, Some((name, source))) => (name.to_string(), FormatChoice::TemplateMatch { source }),
             (None, None) => {
                 return Err(Error::Load(format!(
-                    "the chat template of {} (sha256 {}) is not one that chatids reproduces natively; \
+                "the chat template of {} (sha256 {}) is not one that chatids reproduces natively; \
                      pass format=... (one of {}) to force a native format",
-                    checkpoint.dir.display(),
-                    formats::template_fingerprint(&checkpoint.chat_template),
-                    formats::FORMAT_NAMES.join(", ")
-                )))
+                checkpoint.dir.display(),
+                formats::template_fingerprint(&checkpoint.chat_template),
+                formats::FORMAT_NAMES.join(", ")
+            )))
             }
         };
         let format = formats::build(&name, &checkpoint)?;
-        let control_tokens = ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
+        let control_tokens =
+            ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
         let text = HfTextEncoder::new(checkpoint.tokenizer.clone());
         let mut newline_ids = Vec::new();
-        text.encode("\n", TextOptions { added_tokens: true, at_start: true }, &mut newline_ids)?;
+        text.encode(
+            "\n",
+            TextOptions {
+                added_tokens: true,
+                at_start: true,
+            },
+            &mut newline_ids,
+        )?;
         let mut stop_token_ids: Vec<u32> = format
             .stop_tokens()
             .iter()
             .filter_map(|t| checkpoint.tokenizer.token_to_id(t))
-            .chain(checkpoint.special_tokens.eos.as_deref().and_then(|t| checkpoint.tokenizer.token_to_id(t)))
+            .chain(
+                checkpoint
+                    .special_tokens
+                    .eos
+                    .as_deref()
+                    .and_then(|t| checkpoint.tokenizer.token_to_id(t)),
+            )
             .chain(checkpoint.generation_eos_ids.iter().copied())
             .collect();
         stop_token_ids.sort_unstable();
@@ -160,7 +186,11 @@ impl Encoder {
         &self.text
     }
 
-    fn pieces<'a>(&'a self, messages: &'a [Message], options: &'a EncodeOptions) -> Result<Pieces<'a>> {
+    fn pieces<'a>(
+        &'a self,
+        messages: &'a [Message],
+        options: &'a EncodeOptions,
+    ) -> Result<Pieces<'a>> {
         let request = RenderRequest {
             messages,
             add_generation_prompt: options.add_generation_prompt,
@@ -178,11 +208,18 @@ impl Encoder {
 
     /// The token ids of the conversation.
     pub fn encode(&self, messages: &[Message], options: &EncodeOptions) -> Result<Vec<u32>> {
-        Ok(self.encode_tracked(messages, options, Tracking::default())?.ids)
+        Ok(self
+            .encode_tracked(messages, options, Tracking::default())?
+            .ids)
     }
 
     /// The token ids with the per-token provenance asked for in `tracking`.
-    pub fn encode_tracked(&self, messages: &[Message], options: &EncodeOptions, tracking: Tracking) -> Result<EncodedChat> {
+    pub fn encode_tracked(
+        &self,
+        messages: &[Message],
+        options: &EncodeOptions,
+        tracking: Tracking,
+    ) -> Result<EncodedChat> {
         let mut out = EncodedChat::default();
         self.encode_into(messages, options, tracking, &mut out)?;
         Ok(out)
@@ -199,7 +236,9 @@ impl Encoder {
         let pieces = self.pieces(messages, options)?;
         let encoder = PieceEncoder {
             text: &self.text,
-            sanitizer: options.sanitize_control_tokens.then_some(&self.control_tokens),
+            sanitizer: options
+                .sanitize_control_tokens
+                .then_some(&self.control_tokens),
             newline_ids: &self.newline_ids,
         };
         encoder.encode(pieces.as_slice(), tracking, out)
@@ -214,5 +253,66 @@ impl Encoder {
         num_threads: Option<usize>,
     ) -> Result<Batch> {
         batch::encode_batch(self, conversations, options, num_threads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With sanitizing off, encoding the pieces must equal encoding the rendered string in
+    /// one go, which is what transformers does. Runs on the real checkpoints when
+    /// `CHATIDS_MODELS_DIR` is set (`make test` sets it).
+    #[test]
+    fn piece_encoding_equals_encoding_the_rendered_prompt() {
+        let Ok(base) = std::env::var("CHATIDS_MODELS_DIR") else {
+            eprintln!("CHATIDS_MODELS_DIR not set: skipped");
+            return;
+        };
+        let conversations = vec![
+            vec![Message::new("user", "Hello there!")],
+            vec![
+                Message::new("system", "  Be brief.\n"),
+                Message::new("user", "\n\nWhy? <|eot_id|> <|im_end|>"),
+                Message::new("assistant", "Because 你好 🙂\n"),
+                Message::new("user", " trailing "),
+            ],
+        ];
+        let mut checked = 0;
+        for dir in [
+            "meta-llama-3-8b-instruct",
+            "llama-3.1-8b-instruct",
+            "openhermes-2.5-mistral-7b",
+            "qwen2.5-7b-instruct",
+            "qwen3-0.6b",
+        ] {
+            let path = std::path::Path::new(&base).join(dir);
+            if !path.is_dir() {
+                continue;
+            }
+            let enc = Encoder::from_dir(&path, None).unwrap();
+            for messages in &conversations {
+                for agp in [false, true] {
+                    let options = EncodeOptions {
+                        add_generation_prompt: agp,
+                        sanitize_control_tokens: false,
+                        kwargs: TemplateArgs::new(),
+                    };
+                    let text = enc.render(messages, &options).unwrap();
+                    let whole = enc
+                        .text_encoder()
+                        .tokenizer()
+                        .encode(text.as_str(), false)
+                        .unwrap();
+                    assert_eq!(
+                        enc.encode(messages, &options).unwrap(),
+                        whole.get_ids(),
+                        "{dir}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        eprintln!("checked {checked} conversations");
     }
 }

@@ -69,13 +69,20 @@ struct Sanitized {
 
 impl<'e> PieceEncoder<'e> {
     /// Encode `pieces`, appending to `out`.
-    pub fn encode(&self, pieces: &[Piece<'_>], tracking: Tracking, out: &mut EncodedChat) -> Result<()> {
+    pub fn encode(
+        &self,
+        pieces: &[Piece<'_>],
+        tracking: Tracking,
+        out: &mut EncodedChat,
+    ) -> Result<()> {
         let mut at_start = true;
         let mut buffer = String::new();
         for segment in segments(pieces) {
             match segment {
                 Segment::Token(piece) => {
-                    let PieceKind::Token(id) = piece.kind else { unreachable!("segments() yields tokens here") };
+                    let PieceKind::Token(id) = piece.kind else {
+                        unreachable!("segments() yields tokens here")
+                    };
                     out.ids.push(id);
                     record(out, tracking, 1, piece.message, false);
                 }
@@ -109,7 +116,9 @@ impl<'e> PieceEncoder<'e> {
                 let mode = if after_sanitized {
                     FragmentMode::AfterSanitized
                 } else {
-                    FragmentMode::Plain { at_start: at_start && cursor == 0 }
+                    FragmentMode::Plain {
+                        at_start: at_start && cursor == 0,
+                    }
                 };
                 self.encode_fragment(run, text, cursor..s.range.start, mode, tracking, out)?;
             }
@@ -121,7 +130,9 @@ impl<'e> PieceEncoder<'e> {
             let mode = if after_sanitized {
                 FragmentMode::AfterSanitized
             } else {
-                FragmentMode::Plain { at_start: at_start && cursor == 0 }
+                FragmentMode::Plain {
+                    at_start: at_start && cursor == 0,
+                }
             };
             self.encode_fragment(run, text, cursor..text.len(), mode, tracking, out)?;
         }
@@ -130,7 +141,9 @@ impl<'e> PieceEncoder<'e> {
 
     /// The control tokens inside the content pieces of `run`, in run coordinates.
     fn find_control_tokens(&self, run: &[Piece<'_>]) -> Vec<Sanitized> {
-        let Some(control) = self.sanitizer else { return Vec::new() };
+        let Some(control) = self.sanitizer else {
+            return Vec::new();
+        };
         let mut found = Vec::new();
         let mut offset = 0;
         for (piece, p) in run.iter().enumerate() {
@@ -157,24 +170,42 @@ impl<'e> PieceEncoder<'e> {
     ) -> Result<()> {
         let fragment = &text[range.clone()];
         let owners = pieces_overlapping(run, range.clone());
-        let uniform = owners.clone().all(|i| same_provenance(&run[i], &run[owners.start], tracking));
+        let uniform = owners
+            .clone()
+            .all(|i| same_provenance(&run[i], &run[owners.start], tracking));
         if uniform || (!tracking.message_indices && !tracking.from_content) {
             let before = out.ids.len();
             match mode {
-                FragmentMode::Plain { at_start } => {
-                    self.text.encode(fragment, TextOptions { added_tokens: true, at_start }, &mut out.ids)?
+                FragmentMode::Plain { at_start } => self.text.encode(
+                    fragment,
+                    TextOptions {
+                        added_tokens: true,
+                        at_start,
+                    },
+                    &mut out.ids,
+                )?,
+                FragmentMode::AfterSanitized => {
+                    self.encode_with_newline_trick(fragment, true, &mut out.ids, None)?
                 }
-                FragmentMode::AfterSanitized => self.encode_with_newline_trick(fragment, true, &mut out.ids, None)?,
             }
             let owner = &run[owners.start];
-            record(out, tracking, out.ids.len() - before, owner.message, owner.kind == PieceKind::Content);
+            record(
+                out,
+                tracking,
+                out.ids.len() - before,
+                owner.message,
+                owner.kind == PieceKind::Content,
+            );
             return Ok(());
         }
         let mut starts = Vec::new();
         match mode {
             FragmentMode::Plain { at_start } => self.text.encode_with_starts(
                 fragment,
-                TextOptions { added_tokens: true, at_start },
+                TextOptions {
+                    added_tokens: true,
+                    at_start,
+                },
                 &mut out.ids,
                 &mut starts,
             )?,
@@ -184,7 +215,13 @@ impl<'e> PieceEncoder<'e> {
         }
         for start in starts {
             let owner = &run[piece_at(run, range.start + start)];
-            record(out, tracking, 1, owner.message, owner.kind == PieceKind::Content);
+            record(
+                out,
+                tracking,
+                1,
+                owner.message,
+                owner.kind == PieceKind::Content,
+            );
         }
         Ok(())
     }
@@ -223,13 +260,21 @@ impl<'e> PieceEncoder<'e> {
         ids: &mut Vec<u32>,
         starts: Option<&mut Vec<usize>>,
     ) -> Result<()> {
-        let options = TextOptions { added_tokens, at_start: true };
+        let options = TextOptions {
+            added_tokens,
+            at_start: true,
+        };
         let with_newline = format!("\n{text}");
         let mut trial = Vec::new();
         let mut trial_starts = Vec::new();
         match starts {
             None => self.text.encode(&with_newline, options, &mut trial)?,
-            Some(_) => self.text.encode_with_starts(&with_newline, options, &mut trial, &mut trial_starts)?,
+            Some(_) => self.text.encode_with_starts(
+                &with_newline,
+                options,
+                &mut trial,
+                &mut trial_starts,
+            )?,
         }
         let n = self.newline_ids.len();
         if trial.len() >= n && &trial[..n] == self.newline_ids {
@@ -246,18 +291,27 @@ impl<'e> PieceEncoder<'e> {
     }
 }
 
-fn record(out: &mut EncodedChat, tracking: Tracking, count: usize, message: Option<u32>, from_content: bool) {
+fn record(
+    out: &mut EncodedChat,
+    tracking: Tracking,
+    count: usize,
+    message: Option<u32>,
+    from_content: bool,
+) {
     if tracking.message_indices {
         let index = message.map_or(-1, |m| m as i32);
-        out.message_indices.extend(std::iter::repeat(index).take(count));
+        out.message_indices
+            .extend(std::iter::repeat(index).take(count));
     }
     if tracking.from_content {
-        out.from_content.extend(std::iter::repeat(from_content).take(count));
+        out.from_content
+            .extend(std::iter::repeat(from_content).take(count));
     }
 }
 
 fn same_provenance(a: &Piece<'_>, b: &Piece<'_>, tracking: Tracking) -> bool {
-    (!tracking.message_indices || a.message == b.message) && (!tracking.from_content || a.kind == b.kind)
+    (!tracking.message_indices || a.message == b.message)
+        && (!tracking.from_content || a.kind == b.kind)
 }
 
 /// Indices of the pieces of `run` that overlap the byte range `range` of the run's text.
@@ -294,7 +348,12 @@ mod tests {
 
     impl ToyEncoder {
         fn calls(&self) -> Vec<(String, bool, bool)> {
-            self.calls.lock().unwrap().iter().map(|(t, o)| (t.clone(), o.added_tokens, o.at_start)).collect()
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(t, o)| (t.clone(), o.added_tokens, o.at_start))
+                .collect()
         }
     }
 
@@ -332,12 +391,22 @@ mod tests {
         }
     }
 
-    fn run(pieces: &Pieces<'_>, sanitize: bool, tracking: Tracking) -> (EncodedChat, Vec<(String, bool, bool)>) {
+    fn run(
+        pieces: &Pieces<'_>,
+        sanitize: bool,
+        tracking: Tracking,
+    ) -> (EncodedChat, Vec<(String, bool, bool)>) {
         let toy = ToyEncoder::default();
         let control = ControlTokens::new(vec![("<X>".into(), 900)]);
-        let encoder = PieceEncoder { text: &toy, sanitizer: sanitize.then_some(&control), newline_ids: &[10] };
+        let encoder = PieceEncoder {
+            text: &toy,
+            sanitizer: sanitize.then_some(&control),
+            newline_ids: &[10],
+        };
         let mut out = EncodedChat::default();
-        encoder.encode(pieces.as_slice(), tracking, &mut out).unwrap();
+        encoder
+            .encode(pieces.as_slice(), tracking, &mut out)
+            .unwrap();
         (out, toy.calls())
     }
 
@@ -347,7 +416,10 @@ mod tests {
 
     #[test]
     fn template_text_and_content_are_encoded_as_one_unit() {
-        let bos = TemplateToken { id: 1, text: "<s>".into() };
+        let bos = TemplateToken {
+            id: 1,
+            text: "<s>".into(),
+        };
         let mut p = Pieces::new();
         p.token(&bos);
         p.set_message(Some(0));
@@ -387,7 +459,10 @@ mod tests {
         p.text("[");
         p.content("a<X>b<Y>");
         p.text("]");
-        let tracking = Tracking { message_indices: true, from_content: true };
+        let tracking = Tracking {
+            message_indices: true,
+            from_content: true,
+        };
         let (out, calls) = run(&p, true, tracking);
         assert_eq!(
             calls,
@@ -405,7 +480,10 @@ mod tests {
         assert!(!out.ids.contains(&900));
         assert_eq!(out.message_indices, vec![3; want.len()]);
         // "[" is template text, "a" content, "<X>" as text is content, "b", <Y> content, "]" template.
-        assert_eq!(out.from_content, vec![false, true, true, true, true, true, true, false]);
+        assert_eq!(
+            out.from_content,
+            vec![false, true, true, true, true, true, true, false]
+        );
     }
 
     #[test]
@@ -436,7 +514,10 @@ mod tests {
         p.text("c");
         p.set_message(None);
         p.text("d");
-        let tracking = Tracking { message_indices: true, from_content: false };
+        let tracking = Tracking {
+            message_indices: true,
+            from_content: false,
+        };
         let (out, _) = run(&p, true, tracking);
         assert_eq!(out.message_indices, vec![0, 0, 1, -1]);
     }
@@ -449,17 +530,36 @@ mod tests {
                 ids.push(900);
                 Ok(())
             }
-            fn encode_with_starts(&self, t: &str, o: TextOptions, ids: &mut Vec<u32>, s: &mut Vec<usize>) -> Result<()> {
+            fn encode_with_starts(
+                &self,
+                t: &str,
+                o: TextOptions,
+                ids: &mut Vec<u32>,
+                s: &mut Vec<usize>,
+            ) -> Result<()> {
                 s.push(0);
                 self.encode(t, o, ids)
             }
         }
         let control = ControlTokens::new(vec![("<X>".into(), 900)]);
-        let encoder = PieceEncoder { text: &Stubborn, sanitizer: Some(&control), newline_ids: &[10] };
+        let encoder = PieceEncoder {
+            text: &Stubborn,
+            sanitizer: Some(&control),
+            newline_ids: &[10],
+        };
         let mut p = Pieces::new();
         p.set_message(Some(2));
         p.content("<X>");
-        let err = encoder.encode(p.as_slice(), Tracking::default(), &mut EncodedChat::default()).unwrap_err();
-        assert!(err.to_string().starts_with("message 2: cannot sanitize"), "{err}");
+        let err = encoder
+            .encode(
+                p.as_slice(),
+                Tracking::default(),
+                &mut EncodedChat::default(),
+            )
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("message 2: cannot sanitize"),
+            "{err}"
+        );
     }
 }

@@ -24,12 +24,20 @@ pub struct TemplateError {
 impl TemplateError {
     /// An error about message `index`.
     pub fn at(index: usize, rule: impl Into<String>) -> Self {
-        TemplateError { conversation: None, message: Some(index), rule: rule.into() }
+        TemplateError {
+            conversation: None,
+            message: Some(index),
+            rule: rule.into(),
+        }
     }
 
     /// An error about the conversation as a whole.
     pub fn whole(rule: impl Into<String>) -> Self {
-        TemplateError { conversation: None, message: None, rule: rule.into() }
+        TemplateError {
+            conversation: None,
+            message: None,
+            rule: rule.into(),
+        }
     }
 
     /// The same error, located in conversation `index` of a batch.

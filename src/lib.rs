@@ -18,6 +18,17 @@
 //!    parallel.
 //!
 //! The Python bindings (`chatids._core`, feature `python`) only convert types.
+//!
+//! ```no_run
+//! use chatids::{EncodeOptions, Encoder, Message};
+//!
+//! let enc = Encoder::from_dir("models/llama-3.1-8b-instruct", None)?;
+//! let messages = vec![Message::new("system", "You are terse."), Message::new("user", "Name a prime.")];
+//! let options = EncodeOptions { add_generation_prompt: true, ..Default::default() };
+//! let ids: Vec<u32> = enc.encode(&messages, &options)?;
+//! let text: String = enc.render(&messages, &options)?;
+//! # Ok::<(), chatids::Error>(())
+//! ```
 
 pub mod batch;
 pub mod checkpoint;

@@ -41,7 +41,11 @@ pub struct Message {
 impl Message {
     /// A message with a plain string content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: Some(Content::Text(content.into())), ..Default::default() }
+        Message {
+            role: role.into(),
+            content: Some(Content::Text(content.into())),
+            ..Default::default()
+        }
     }
 
     /// The content as a string, or `None` if it is missing or a list of parts.

@@ -70,7 +70,11 @@ impl<'a> Pieces<'a> {
 
     /// Emit a template control token.
     pub fn token(&mut self, token: &'a TemplateToken) {
-        self.items.push(Piece { kind: PieceKind::Token(token.id), text: Cow::Borrowed(&token.text), message: self.message });
+        self.items.push(Piece {
+            kind: PieceKind::Token(token.id),
+            text: Cow::Borrowed(&token.text),
+            message: self.message,
+        });
     }
 
     /// Emit template text. Empty text is skipped.
@@ -85,7 +89,11 @@ impl<'a> Pieces<'a> {
 
     fn push(&mut self, kind: PieceKind, text: Cow<'a, str>) {
         if !text.is_empty() {
-            self.items.push(Piece { kind, text, message: self.message });
+            self.items.push(Piece {
+                kind,
+                text,
+                message: self.message,
+            });
         }
     }
 
@@ -119,7 +127,10 @@ pub fn segments<'p, 'a>(pieces: &'p [Piece<'a>]) -> impl Iterator<Item = Segment
             rest = &rest[1..];
             return Some(Segment::Token(first));
         }
-        let len = rest.iter().position(|p| matches!(p.kind, PieceKind::Token(_))).unwrap_or(rest.len());
+        let len = rest
+            .iter()
+            .position(|p| matches!(p.kind, PieceKind::Token(_)))
+            .unwrap_or(rest.len());
         let (run, tail) = rest.split_at(len);
         rest = tail;
         Some(Segment::Run(run))
@@ -131,7 +142,10 @@ mod tests {
     use super::*;
 
     fn tok(id: u32, text: &str) -> TemplateToken {
-        TemplateToken { id, text: text.to_string() }
+        TemplateToken {
+            id,
+            text: text.to_string(),
+        }
     }
 
     #[test]
@@ -145,7 +159,11 @@ mod tests {
         p.content("hi");
         p.set_message(None);
         p.text("tail");
-        let kinds: Vec<_> = p.as_slice().iter().map(|x| (x.kind, x.text.as_ref(), x.message)).collect();
+        let kinds: Vec<_> = p
+            .as_slice()
+            .iter()
+            .map(|x| (x.kind, x.text.as_ref(), x.message))
+            .collect();
         assert_eq!(
             kinds,
             vec![
@@ -174,7 +192,13 @@ mod tests {
             .segments()
             .map(|s| match s {
                 Segment::Token(t) => format!("T{}", t.text),
-                Segment::Run(r) => format!("R[{}]", r.iter().map(|x| x.text.as_ref()).collect::<Vec<_>>().join("|")),
+                Segment::Run(r) => format!(
+                    "R[{}]",
+                    r.iter()
+                        .map(|x| x.text.as_ref())
+                        .collect::<Vec<_>>()
+                        .join("|")
+                ),
             })
             .collect();
         assert_eq!(shape, vec!["R[x|y]", "T<a>", "T<b>", "R[z|w]", "T<a>"]);

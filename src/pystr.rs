@@ -50,8 +50,11 @@ mod tests {
             0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200A, 0x2028,
             0x2029, 0x202F, 0x205F, 0x3000,
         ];
-        let ours: Vec<u32> =
-            (0..=0x10FFFFu32).filter_map(char::from_u32).filter(|&c| is_python_whitespace(c)).map(|c| c as u32).collect();
+        let ours: Vec<u32> = (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|&c| is_python_whitespace(c))
+            .map(|c| c as u32)
+            .collect();
         assert_eq!(ours, python);
     }
 

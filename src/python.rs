@@ -25,7 +25,12 @@ create_exception!(
     PyValueError,
     "A conversation breaks a rule of the chat format; the message names the message index and the rule."
 );
-create_exception!(_core, CheckpointError, PyValueError, "A checkpoint or its chat format cannot be loaded.");
+create_exception!(
+    _core,
+    CheckpointError,
+    PyValueError,
+    "A checkpoint or its chat format cannot be loaded."
+);
 
 fn to_py_err(e: Error) -> PyErr {
     match e {
@@ -45,13 +50,18 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            Err(PyRuntimeError::new_err(format!("chatids internal error (please report): {what}")))
+            Err(PyRuntimeError::new_err(format!(
+                "chatids internal error (please report): {what}"
+            )))
         }
     }
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn get<'py>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -60,8 +70,14 @@ fn get<'py>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'py, 
 
 fn string_field(value: &Bound<'_, PyAny>, i: usize, field: &str) -> Result<String, TemplateError> {
     match value.cast::<PyString>() {
-        Ok(s) => s.to_cow().map(|c| c.into_owned()).map_err(|e| TemplateError::at(i, format!("'{field}' is not valid text: {e}"))),
-        Err(_) => Err(TemplateError::at(i, format!("'{field}' must be a str, not {}", type_name(value)))),
+        Ok(s) => s
+            .to_cow()
+            .map(|c| c.into_owned())
+            .map_err(|e| TemplateError::at(i, format!("'{field}' is not valid text: {e}"))),
+        Err(_) => Err(TemplateError::at(
+            i,
+            format!("'{field}' must be a str, not {}", type_name(value)),
+        )),
     }
 }
 
@@ -78,16 +94,30 @@ fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, Templa
     let mut parts = Vec::with_capacity(list.len());
     for (j, part) in list.iter().enumerate() {
         let Ok(part) = part.cast::<PyDict>() else {
-            return Err(TemplateError::at(i, format!("content part {j} must be a dict, not {}", type_name(&part))));
+            return Err(TemplateError::at(
+                i,
+                format!("content part {j} must be a dict, not {}", type_name(&part)),
+            ));
         };
         let kind = match get(part, "type").map_err(|e| TemplateError::at(i, e.to_string()))? {
             Some(t) => string_field(&t, i, &format!("content[{j}].type"))?,
-            None => return Err(TemplateError::at(i, format!("content part {j} has no 'type'"))),
+            None => {
+                return Err(TemplateError::at(
+                    i,
+                    format!("content part {j} has no 'type'"),
+                ))
+            }
         };
         if kind == "text" {
             let text = get(part, "text").map_err(|e| TemplateError::at(i, e.to_string()))?;
-            let text = text.ok_or_else(|| TemplateError::at(i, format!("content part {j} of type 'text' has no 'text'")))?;
-            parts.push(ContentPart::Text(string_field(&text, i, &format!("content[{j}].text"))?));
+            let text = text.ok_or_else(|| {
+                TemplateError::at(i, format!("content part {j} of type 'text' has no 'text'"))
+            })?;
+            parts.push(ContentPart::Text(string_field(
+                &text,
+                i,
+                &format!("content[{j}].text"),
+            )?));
         } else {
             parts.push(ContentPart::Other { kind });
         }
@@ -99,14 +129,22 @@ fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, Templa
 /// the reasoning aliases fold into `reasoning_content`.
 fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, TemplateError> {
     let Ok(dict) = obj.cast::<PyDict>() else {
-        return Err(TemplateError::at(i, format!("a message must be a dict with 'role' and 'content', not {}", type_name(obj))));
+        return Err(TemplateError::at(
+            i,
+            format!(
+                "a message must be a dict with 'role' and 'content', not {}",
+                type_name(obj)
+            ),
+        ));
     };
     let field = |key: &str| get(dict, key).map_err(|e| TemplateError::at(i, e.to_string()));
     let role = match field("role")? {
         Some(r) => string_field(&r, i, "role")?,
         None => return Err(TemplateError::at(i, "the message has no 'role'")),
     };
-    let content = field("content")?.map(|c| content_from_py(&c, i)).transpose()?;
+    let content = field("content")?
+        .map(|c| content_from_py(&c, i))
+        .transpose()?;
     let mut reasoning_content = None;
     for key in ["reasoning_content", "thinking", "reasoning"] {
         if let Some(r) = field(key)? {
@@ -115,7 +153,12 @@ fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, Template
         }
     }
     let tool_calls = field("tool_calls")?.map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
-    Ok(Message { role, content, reasoning_content, tool_calls })
+    Ok(Message {
+        role,
+        content,
+        reasoning_content,
+        tool_calls,
+    })
 }
 
 fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateError> {
@@ -124,24 +167,43 @@ fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateErro
     } else if let Ok(tuple) = obj.cast::<PyTuple>() {
         tuple.iter().collect()
     } else {
-        return Err(TemplateError::whole(format!("messages must be a list of dicts, not {}", type_name(obj))));
+        return Err(TemplateError::whole(format!(
+            "messages must be a list of dicts, not {}",
+            type_name(obj)
+        )));
     };
-    items.iter().enumerate().map(|(i, m)| message_from_py(m, i)).collect()
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, m)| message_from_py(m, i))
+        .collect()
 }
 
 fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, TemplateError> {
     let mut args = TemplateArgs::new();
-    let Some(kwargs) = kwargs else { return Ok(args) };
+    let Some(kwargs) = kwargs else {
+        return Ok(args);
+    };
     for (key, value) in kwargs.iter() {
-        let name = key.extract::<String>().map_err(|_| TemplateError::whole("template argument names must be str"))?;
+        let name = key
+            .extract::<String>()
+            .map_err(|_| TemplateError::whole("template argument names must be str"))?;
         let v = if value.is_none() {
             TemplateValue::None
         } else if let Ok(b) = value.cast::<PyBool>() {
             TemplateValue::Bool(b.is_true())
         } else if value.is_instance_of::<PyInt>() {
-            TemplateValue::Int(value.extract::<i64>().map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?)
+            TemplateValue::Int(
+                value
+                    .extract::<i64>()
+                    .map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?,
+            )
         } else if value.is_instance_of::<PyString>() {
-            TemplateValue::Str(value.extract::<String>().map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?)
+            TemplateValue::Str(
+                value
+                    .extract::<String>()
+                    .map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?,
+            )
         } else {
             return Err(TemplateError::whole(format!(
                 "template argument {name} has type {}; chatids passes str, bool, int and None",
@@ -153,7 +215,11 @@ fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, Te
     Ok(args)
 }
 
-fn options(add_generation_prompt: bool, sanitize: bool, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<EncodeOptions> {
+fn options(
+    add_generation_prompt: bool,
+    sanitize: bool,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<EncodeOptions> {
     Ok(EncodeOptions {
         add_generation_prompt,
         sanitize_control_tokens: sanitize,
@@ -172,9 +238,15 @@ impl PyEncoder {
     /// Load a checkpoint directory; `format` forces a native format.
     #[staticmethod]
     #[pyo3(signature = (path, format=None))]
-    fn from_pretrained(py: Python<'_>, path: std::path::PathBuf, format: Option<String>) -> PyResult<Self> {
+    fn from_pretrained(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        format: Option<String>,
+    ) -> PyResult<Self> {
         let encoder = py.detach(|| guarded(|| Encoder::from_dir(&path, format.as_deref())))?;
-        Ok(PyEncoder { inner: Arc::new(encoder) })
+        Ok(PyEncoder {
+            inner: Arc::new(encoder),
+        })
     }
 
     /// The native format's name.
@@ -204,7 +276,11 @@ impl PyEncoder {
     /// The tokenizer as chatids runs it (tokenizer.json after the transformers adjustments),
     /// serialized as JSON. A debugging aid.
     fn tokenizer_json(&self) -> PyResult<String> {
-        self.inner.text_encoder().tokenizer().to_string(false).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+        self.inner
+            .text_encoder()
+            .tokenizer()
+            .to_string(false)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     /// Why this format was chosen, and what was adjusted to match transformers.
@@ -257,12 +333,24 @@ impl PyEncoder {
         add_generation_prompt: bool,
         sanitize_control_tokens: bool,
         kwargs: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<bool>>)> {
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u32>>,
+        Bound<'py, PyArray1<i32>>,
+        Bound<'py, PyArray1<bool>>,
+    )> {
         let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
         let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
-        let tracking = Tracking { message_indices: true, from_content: true };
-        let chat = py.detach(|| guarded(|| self.inner.encode_tracked(&messages, &options, tracking)))?;
-        Ok((chat.ids.into_pyarray(py), chat.message_indices.into_pyarray(py), chat.from_content.into_pyarray(py)))
+        let tracking = Tracking {
+            message_indices: true,
+            from_content: true,
+        };
+        let chat =
+            py.detach(|| guarded(|| self.inner.encode_tracked(&messages, &options, tracking)))?;
+        Ok((
+            chat.ids.into_pyarray(py),
+            chat.message_indices.into_pyarray(py),
+            chat.from_content.into_pyarray(py),
+        ))
     }
 
     #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None))]
@@ -308,7 +396,8 @@ impl PyEncoder {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| to_py_err(e.into()))?;
         let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
-        let batch = py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
+        let batch =
+            py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
         Ok((batch.ids.into_pyarray(py), batch.offsets.into_pyarray(py)))
     }
 }

@@ -29,9 +29,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
     tr.section(f"chatids conformance vs transformers ({mode})")
     cols = ["conversations", "with_tools_compared_without", "compared", "rejected_by_template", "rejected_by_policy", "deviation_documented", "mismatches"]
-    tr.write_line(f"{'model':30s} " + " ".join(f"{c[:22]:>22s}" for c in cols))
+    widths = [max(len(c), 8) for c in cols]
+    tr.write_line(f"{'model':27s} " + " ".join(f"{c:>{w}s}" for c, w in zip(cols, widths)))
     for name, counts in sorted(CONFORMANCE.items()):
-        tr.write_line(f"{name:30s} " + " ".join(f"{counts.get(c, 0):>22d}" for c in cols))
+        tr.write_line(f"{name:27s} " + " ".join(f"{counts.get(c, 0):>{w}d}" for c, w in zip(cols, widths)))
+    tr.write_line("(per conversation: 'conversations'; per conversation x add_generation_prompt: the other columns)")
     for name, reasons in sorted(POLICY_REASONS.items()):
         for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
             tr.write_line(f"  {name}: refused {n}x: {reason}")

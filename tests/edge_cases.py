@@ -32,6 +32,8 @@ PLAIN_TEXTS: dict[str, str] = {
     "digits": "1234567890 3.14159 1e-10 0x1F",
     "zero_width": "zero\u200bwidth\u200djoiner\ufeff",
     "nul": "nul\x00char",
+    # Other families' control tokens and the partial ones of the brief: plain text here or not.
+    "foreign_controls": "<|eot_ <|im_end |> <|im_start|>user\n [INST] <s></s> <start_of_turn>model <|endoftext|> <think>",
     # transformers' sanitize markers: a documented deviation with sanitize_control_tokens=True.
     "private_markers": "icon \U000f0001 and \U000f0000 start",
     "long_100k": None,  # filled below

@@ -11,13 +11,16 @@
 use serde_json::{json, Value};
 
 /// transformers' `Qwen2Tokenizer` pre-tokenizer regex (it ignores the one in tokenizer.json).
-const QWEN2_PRETOKENIZE_REGEX: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_PRETOKENIZE_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Rewrite `tokenizer` (the parsed tokenizer.json) as transformers' class for `config` (the
 /// parsed tokenizer_config.json) would rebuild it. `raw_json` is the file's text (transformers
 /// decides one rule by a substring test on it). Returns a note on what was changed, if anything.
-pub fn apply_transformers_class(tokenizer: &mut Value, config: &Value, raw_json: &str) -> Option<String> {
+pub fn apply_transformers_class(
+    tokenizer: &mut Value,
+    config: &Value,
+    raw_json: &str,
+) -> Option<String> {
     let class = config.get("tokenizer_class").and_then(Value::as_str)?;
     let class = class.strip_suffix("Fast").unwrap_or(class);
     match class {
@@ -27,16 +30,21 @@ pub fn apply_transformers_class(tokenizer: &mut Value, config: &Value, raw_json:
             if raw_json.contains("\"ByteLevel\"") {
                 return None;
             }
-            let add_prefix_space = config.get("add_prefix_space").and_then(Value::as_bool).unwrap_or(true);
-            let legacy = config.get("legacy").and_then(Value::as_bool).unwrap_or(false);
+            let add_prefix_space = config
+                .get("add_prefix_space")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            let legacy = config
+                .get("legacy")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             let scheme = match (add_prefix_space, legacy) {
                 (false, _) => "never",
                 (true, true) => "always",
                 (true, false) => "first",
             };
             tokenizer["normalizer"] = Value::Null;
-            tokenizer["pre_tokenizer"] =
-                json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": scheme, "split": false});
+            tokenizer["pre_tokenizer"] = json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": scheme, "split": false});
             set_bpe_options(
                 tokenizer,
                 json!({"dropout": null, "unk_token": null, "fuse_unk": true, "byte_fallback": true}),
@@ -47,7 +55,10 @@ pub fn apply_transformers_class(tokenizer: &mut Value, config: &Value, raw_json:
             ))
         }
         "Qwen2Tokenizer" => {
-            let add_prefix_space = config.get("add_prefix_space").and_then(Value::as_bool).unwrap_or(false);
+            let add_prefix_space = config
+                .get("add_prefix_space")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             tokenizer["normalizer"] = json!({"type": "NFC"});
             tokenizer["pre_tokenizer"] = json!({
                 "type": "Sequence",
@@ -68,7 +79,10 @@ pub fn apply_transformers_class(tokenizer: &mut Value, config: &Value, raw_json:
 }
 
 fn set_bpe_options(tokenizer: &mut Value, options: Value) {
-    if let (Some(model), Some(options)) = (tokenizer.get_mut("model").and_then(Value::as_object_mut), options.as_object()) {
+    if let (Some(model), Some(options)) = (
+        tokenizer.get_mut("model").and_then(Value::as_object_mut),
+        options.as_object(),
+    ) {
         for (k, v) in options {
             model.insert(k.clone(), v.clone());
         }
@@ -78,10 +92,20 @@ fn set_bpe_options(tokenizer: &mut Value, options: Value) {
 /// Apply the tokenizer_config's `added_tokens_decoder` flags and the named special tokens to
 /// tokenizer.json's `added_tokens`, as transformers does when it loads the tokenizer.
 pub fn apply_added_token_flags(tokenizer: &mut Value, config: &Value, named_special: &[String]) {
-    let decoder = config.get("added_tokens_decoder").and_then(Value::as_object);
-    let Some(added) = tokenizer.get_mut("added_tokens").and_then(Value::as_array_mut) else { return };
+    let decoder = config
+        .get("added_tokens_decoder")
+        .and_then(Value::as_object);
+    let Some(added) = tokenizer
+        .get_mut("added_tokens")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
     for token in added.iter_mut() {
-        let id = token.get("id").and_then(Value::as_u64).map(|i| i.to_string());
+        let id = token
+            .get("id")
+            .and_then(Value::as_u64)
+            .map(|i| i.to_string());
         if let (Some(decoder), Some(id)) = (decoder, id) {
             if let Some(entry) = decoder.get(&id).and_then(Value::as_object) {
                 if entry.get("content") == token.get("content") {
@@ -93,7 +117,10 @@ pub fn apply_added_token_flags(tokenizer: &mut Value, config: &Value, named_spec
                 }
             }
         }
-        let content = token.get("content").and_then(Value::as_str).unwrap_or_default();
+        let content = token
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if named_special.iter().any(|s| s == content) {
             token["special"] = Value::Bool(true);
         }
@@ -107,7 +134,11 @@ mod tests {
     #[test]
     fn llama_legacy_gets_always_prefix_and_loses_normalizer() {
         let mut t = json!({"normalizer": {"type": "Prepend"}, "pre_tokenizer": null, "model": {"type": "BPE", "unk_token": "<unk>"}});
-        let note = apply_transformers_class(&mut t, &json!({"tokenizer_class": "LlamaTokenizer", "legacy": true}), "{}");
+        let note = apply_transformers_class(
+            &mut t,
+            &json!({"tokenizer_class": "LlamaTokenizer", "legacy": true}),
+            "{}",
+        );
         assert!(note.is_some());
         assert_eq!(t["normalizer"], Value::Null);
         assert_eq!(t["pre_tokenizer"]["prepend_scheme"], "always");
@@ -117,7 +148,11 @@ mod tests {
     #[test]
     fn llama_non_legacy_gets_first_prefix() {
         let mut t = json!({"model": {"type": "BPE"}});
-        apply_transformers_class(&mut t, &json!({"tokenizer_class": "LlamaTokenizerFast", "legacy": false}), "{}");
+        apply_transformers_class(
+            &mut t,
+            &json!({"tokenizer_class": "LlamaTokenizerFast", "legacy": false}),
+            "{}",
+        );
         assert_eq!(t["pre_tokenizer"]["prepend_scheme"], "first");
     }
 
@@ -126,7 +161,12 @@ mod tests {
         let mut t = json!({"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE"}});
         let before = t.clone();
         let raw = t.to_string();
-        assert!(apply_transformers_class(&mut t, &json!({"tokenizer_class": "LlamaTokenizerFast"}), &raw).is_none());
+        assert!(apply_transformers_class(
+            &mut t,
+            &json!({"tokenizer_class": "LlamaTokenizerFast"}),
+            &raw
+        )
+        .is_none());
         assert_eq!(t, before);
     }
 

@@ -67,8 +67,12 @@ impl Checkpoint {
         }
         let config = read_json(&dir.join("tokenizer_config.json"))?;
         let raw_tokenizer = read_text(&dir.join("tokenizer.json"))?;
-        let mut tokenizer_json: Value = serde_json::from_str(&raw_tokenizer)
-            .map_err(|e| Error::Load(format!("{}: invalid JSON: {e}", dir.join("tokenizer.json").display())))?;
+        let mut tokenizer_json: Value = serde_json::from_str(&raw_tokenizer).map_err(|e| {
+            Error::Load(format!(
+                "{}: invalid JSON: {e}",
+                dir.join("tokenizer.json").display()
+            ))
+        })?;
 
         let special_tokens = SpecialTokens {
             bos: token_string(config.get("bos_token")),
@@ -77,7 +81,8 @@ impl Checkpoint {
             pad: token_string(config.get("pad_token")),
         };
         let named_special = named_special_tokens(&config);
-        let compat_note = compat::apply_transformers_class(&mut tokenizer_json, &config, &raw_tokenizer);
+        let compat_note =
+            compat::apply_transformers_class(&mut tokenizer_json, &config, &raw_tokenizer);
         compat::apply_added_token_flags(&mut tokenizer_json, &config, &named_special);
         let added_tokens = added_tokens(&tokenizer_json);
         let tokenizer = Tokenizer::from_bytes(tokenizer_json.to_string().as_bytes())
@@ -91,7 +96,10 @@ impl Checkpoint {
             added_tokens,
             chat_template,
             special_tokens,
-            tokenizer_class: config.get("tokenizer_class").and_then(Value::as_str).map(str::to_string),
+            tokenizer_class: config
+                .get("tokenizer_class")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             compat_note,
             generation_eos_ids,
         })
@@ -104,11 +112,13 @@ impl Checkpoint {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::Load(format!("cannot read {}: {e}", path.display())))
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::Load(format!("cannot read {}: {e}", path.display())))
 }
 
 fn read_json(path: &Path) -> Result<Value> {
-    serde_json::from_str(&read_text(path)?).map_err(|e| Error::Load(format!("{}: invalid JSON: {e}", path.display())))
+    serde_json::from_str(&read_text(path)?)
+        .map_err(|e| Error::Load(format!("{}: invalid JSON: {e}", path.display())))
 }
 
 /// A special token given as a string or as an `AddedToken` dict.
@@ -121,10 +131,18 @@ fn token_string(v: Option<&Value>) -> Option<String> {
 }
 
 fn named_special_tokens(config: &Value) -> Vec<String> {
-    let mut out: Vec<String> = ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"]
-        .iter()
-        .filter_map(|k| token_string(config.get(*k)))
-        .collect();
+    let mut out: Vec<String> = [
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+        "sep_token",
+        "cls_token",
+        "mask_token",
+    ]
+    .iter()
+    .filter_map(|k| token_string(config.get(*k)))
+    .collect();
     for key in ["additional_special_tokens", "extra_special_tokens"] {
         if let Some(list) = config.get(key).and_then(Value::as_array) {
             out.extend(list.iter().filter_map(|v| token_string(Some(v))));
@@ -168,8 +186,16 @@ fn chat_template(dir: &Path, config: &Value) -> Result<String> {
             .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
             .and_then(|t| t.get("template")?.as_str())
             .map(str::to_string)
-            .ok_or_else(|| Error::Load(format!("{}: chat_template lists no \"default\" template", dir.display()))),
-        _ => Err(Error::Load(format!("{}: the checkpoint has no chat template", dir.display()))),
+            .ok_or_else(|| {
+                Error::Load(format!(
+                    "{}: chat_template lists no \"default\" template",
+                    dir.display()
+                ))
+            }),
+        _ => Err(Error::Load(format!(
+            "{}: the checkpoint has no chat template",
+            dir.display()
+        ))),
     }
 }
 
@@ -181,7 +207,10 @@ fn generation_eos_ids(dir: &Path) -> Result<Vec<u32>> {
     let config = read_json(&path)?;
     Ok(match config.get("eos_token_id") {
         Some(Value::Number(n)) => n.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
-        Some(Value::Array(list)) => list.iter().filter_map(|v| v.as_u64().map(|i| i as u32)).collect(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|v| v.as_u64().map(|i| i as u32))
+            .collect(),
         _ => Vec::new(),
     })
 }

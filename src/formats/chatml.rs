@@ -23,7 +23,8 @@ use crate::pieces::{Pieces, TemplateToken};
 use crate::pystr;
 
 const QWEN2_DEFAULT_SYSTEM: &str = "You are a helpful assistant.";
-const QWEN25_DEFAULT_SYSTEM: &str = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+const QWEN25_DEFAULT_SYSTEM: &str =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 /// Which ChatML template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +55,12 @@ impl Chatml {
             ChatmlVariant::Qwen3 => Some((tokens.token("<think>")?, tokens.token("</think>")?)),
             _ => None,
         };
-        Ok(Chatml { variant, im_start: tokens.token("<|im_start|>")?, im_end: tokens.token("<|im_end|>")?, think })
+        Ok(Chatml {
+            variant,
+            im_start: tokens.token("<|im_start|>")?,
+            im_end: tokens.token("<|im_end|>")?,
+            think,
+        })
     }
 
     /// `<|im_start|>{role}\n` ... the caller writes the body ... then [`Self::close`].
@@ -74,7 +80,12 @@ impl Chatml {
         out.text("\n");
     }
 
-    fn system_block<'a>(&'a self, out: &mut Pieces<'a>, message: Option<(usize, &'a str)>, default: &'static str) {
+    fn system_block<'a>(
+        &'a self,
+        out: &mut Pieces<'a>,
+        message: Option<(usize, &'a str)>,
+        default: &'static str,
+    ) {
         out.set_message(message.map(|(i, _)| i));
         self.open(out, "system", true);
         match message {
@@ -84,7 +95,11 @@ impl Chatml {
         self.close(out);
     }
 
-    fn render_plain<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn render_plain<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         let messages = request.messages;
         if self.variant == ChatmlVariant::Qwen2 && messages[0].role != "system" {
             self.system_block(out, None, QWEN2_DEFAULT_SYSTEM);
@@ -101,7 +116,11 @@ impl Chatml {
     }
 
     /// Qwen2.5 and Qwen3.
-    fn render_qwen<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn render_qwen<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         let messages = request.messages;
         let name = self.name();
         for i in 0..messages.len() {
@@ -119,7 +138,8 @@ impl Chatml {
             rules::text(messages, i, name)?;
         }
         let first_is_system = messages[0].role == "system";
-        let first_system = first_is_system.then(|| (0, rules::text(messages, 0, name).unwrap_or_default()));
+        let first_system =
+            first_is_system.then(|| (0, rules::text(messages, 0, name).unwrap_or_default()));
         match self.variant {
             ChatmlVariant::Qwen25 => self.system_block(out, first_system, QWEN25_DEFAULT_SYSTEM),
             _ => {
@@ -157,7 +177,9 @@ impl Chatml {
             .rev()
             .find(|(_, m)| {
                 m.role == "user"
-                    && !m.text().is_some_and(|c| c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))
+                    && !m.text().is_some_and(|c| {
+                        c.starts_with("<tool_response>") && c.ends_with("</tool_response>")
+                    })
             })
             .map_or(messages.len() - 1, |(i, _)| i)
     }
@@ -175,13 +197,19 @@ impl Chatml {
             None if raw_content.contains("</think>") => {
                 let content = pystr::after_last(raw_content, "</think>").trim_start_matches('\n');
                 let before = pystr::before_first(raw_content, "</think>").trim_end_matches('\n');
-                (content, pystr::after_last(before, "<think>").trim_start_matches('\n'))
+                (
+                    content,
+                    pystr::after_last(before, "<think>").trim_start_matches('\n'),
+                )
             }
             None => (raw_content, ""),
         };
         self.open(out, "assistant", true);
         if after_last_query && (is_last || !reasoning.is_empty()) {
-            let (think, think_end) = self.think.as_ref().expect("qwen3 resolves its think tokens");
+            let (think, think_end) = self
+                .think
+                .as_ref()
+                .expect("qwen3 resolves its think tokens");
             out.token(think);
             out.text("\n");
             out.content(reasoning.trim_matches('\n'));
@@ -194,11 +222,20 @@ impl Chatml {
         self.close(out);
     }
 
-    fn generation_prompt<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn generation_prompt<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         out.set_message(None);
         self.open(out, "assistant", true);
-        if self.variant == ChatmlVariant::Qwen3 && rules::bool_kwarg(request.kwargs, "enable_thinking")? == Some(false) {
-            let (think, think_end) = self.think.as_ref().expect("qwen3 resolves its think tokens");
+        if self.variant == ChatmlVariant::Qwen3
+            && rules::bool_kwarg(request.kwargs, "enable_thinking")? == Some(false)
+        {
+            let (think, think_end) = self
+                .think
+                .as_ref()
+                .expect("qwen3 resolves its think tokens");
             out.token(think);
             out.text("\n\n");
             out.token(think_end);
@@ -227,9 +264,17 @@ impl ChatFormat for Chatml {
         }
     }
 
-    fn render<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn render<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         rules::not_empty(request.messages)?;
-        let allowed: &[&str] = if self.variant == ChatmlVariant::Qwen3 { &["enable_thinking"] } else { &[] };
+        let allowed: &[&str] = if self.variant == ChatmlVariant::Qwen3 {
+            &["enable_thinking"]
+        } else {
+            &[]
+        };
         rules::known_kwargs(request.kwargs, allowed, self.name())?;
         match self.variant {
             ChatmlVariant::Plain | ChatmlVariant::Qwen2 => self.render_plain(request, out)?,

@@ -52,7 +52,12 @@ impl Llama3 {
     }
 
     /// `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>` for message `i`.
-    fn message<'a>(&'a self, out: &mut Pieces<'a>, messages: &'a [Message], i: usize) -> Result<(), TemplateError> {
+    fn message<'a>(
+        &'a self,
+        out: &mut Pieces<'a>,
+        messages: &'a [Message],
+        i: usize,
+    ) -> Result<(), TemplateError> {
         let content = rules::text(messages, i, self.name())?;
         out.set_message(Some(i));
         out.token(&self.start_header);
@@ -72,7 +77,11 @@ impl Llama3 {
         out.text("\n\n");
     }
 
-    fn render_llama3<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn render_llama3<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         rules::known_kwargs(request.kwargs, &[], self.name())?;
         out.token(&self.bos);
         for i in 0..request.messages.len() {
@@ -82,7 +91,11 @@ impl Llama3 {
         Ok(())
     }
 
-    fn render_llama31<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn render_llama31<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         let messages = request.messages;
         let date = self.date_string(request.kwargs)?;
         out.token(&self.bos);
@@ -106,14 +119,20 @@ impl Llama3 {
             if role == "tool" || role == "ipython" {
                 return Err(TemplateError::at(
                     i,
-                    format!("{role:?} messages (tool results) are not rendered by format {} yet", self.name()),
+                    format!(
+                        "{role:?} messages (tool results) are not rendered by format {} yet",
+                        self.name()
+                    ),
                 ));
             }
             if messages[i].tool_calls.is_some() {
                 // The template raises for an empty list too ("only supports single tool-calls").
                 return Err(TemplateError::at(
                     i,
-                    format!("the message has 'tool_calls', which format {} does not render yet", self.name()),
+                    format!(
+                        "the message has 'tool_calls', which format {} does not render yet",
+                        self.name()
+                    ),
                 ));
             }
             self.message(out, messages, i)?;
@@ -143,7 +162,11 @@ impl ChatFormat for Llama3 {
         }
     }
 
-    fn render<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError> {
+    fn render<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
         rules::not_empty(request.messages)?;
         match self.variant {
             Llama3Variant::Llama3 => self.render_llama3(request, out)?,

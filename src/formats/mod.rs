@@ -43,7 +43,11 @@ pub trait ChatFormat: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Emit the pieces of `request` into `out`.
-    fn render<'a>(&'a self, request: &RenderRequest<'a>, out: &mut Pieces<'a>) -> Result<(), TemplateError>;
+    fn render<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError>;
 
     /// The token texts that end an assistant turn in this format (resolved against the
     /// vocabulary; missing ones are skipped).
@@ -58,37 +62,82 @@ pub trait ChatFormat: Send + Sync {
 }
 
 /// The names of all native formats.
-pub const FORMAT_NAMES: &[&str] = &["llama-3", "llama-3.1", "llama-3.2", "chatml", "qwen2", "qwen2.5", "qwen3"];
+pub const FORMAT_NAMES: &[&str] = &[
+    "llama-3",
+    "llama-3.1",
+    "llama-3.2",
+    "chatml",
+    "qwen2",
+    "qwen2.5",
+    "qwen3",
+];
 
 /// Official templates each format reproduces: sha256 of the template (one trailing newline
 /// removed), the format, and where the template comes from.
 const KNOWN_TEMPLATES: &[(&str, &str, &str)] = &[
-    ("ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122", "llama-3", "meta-llama/Meta-Llama-3-8B-Instruct"),
-    ("93c0e9aa3629bbd77e68dbc0f5621f6e6b23aa8d74b932595cdb8d64684526d7", "llama-3.1", "meta-llama/Llama-3.1-8B-Instruct (also Llama-3.3-70B-Instruct)"),
-    ("d82792f95932f1c9cef5c4bd992f171225e3bf8c7b609b4557c9e1ec96be819f", "llama-3.2", "meta-llama/Llama-3.2-3B-Instruct"),
-    ("153280e3ff55d19da1398bdb3914ee2a51b80429bfaedde11d7d216c39db80f3", "chatml", "teknium/OpenHermes-2.5-Mistral-7B"),
-    ("793202280c0910ab26bc6eb57c8212c2417324c6d8c4efd0d10d59092ab3e3eb", "qwen2", "Qwen/Qwen2-7B-Instruct"),
-    ("55b2f4a26ac9ee719330a61a0c39d9e538b0e9322212f048326318cff4f8674a", "qwen2.5", "Qwen/Qwen2.5-7B-Instruct"),
-    ("87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5", "qwen3", "Qwen/Qwen3-0.6B"),
+    (
+        "ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122",
+        "llama-3",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+    ),
+    (
+        "93c0e9aa3629bbd77e68dbc0f5621f6e6b23aa8d74b932595cdb8d64684526d7",
+        "llama-3.1",
+        "meta-llama/Llama-3.1-8B-Instruct (also Llama-3.3-70B-Instruct)",
+    ),
+    (
+        "d82792f95932f1c9cef5c4bd992f171225e3bf8c7b609b4557c9e1ec96be819f",
+        "llama-3.2",
+        "meta-llama/Llama-3.2-3B-Instruct",
+    ),
+    (
+        "153280e3ff55d19da1398bdb3914ee2a51b80429bfaedde11d7d216c39db80f3",
+        "chatml",
+        "teknium/OpenHermes-2.5-Mistral-7B",
+    ),
+    (
+        "793202280c0910ab26bc6eb57c8212c2417324c6d8c4efd0d10d59092ab3e3eb",
+        "qwen2",
+        "Qwen/Qwen2-7B-Instruct",
+    ),
+    (
+        "55b2f4a26ac9ee719330a61a0c39d9e538b0e9322212f048326318cff4f8674a",
+        "qwen2.5",
+        "Qwen/Qwen2.5-7B-Instruct",
+    ),
+    (
+        "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5",
+        "qwen3",
+        "Qwen/Qwen3-0.6B",
+    ),
 ];
 
 /// The sha256 (hex) by which a template is recognised: of its text with one trailing
 /// newline removed (Jinja drops a single trailing newline, so both render the same).
 pub fn template_fingerprint(template: &str) -> String {
     let text = template.strip_suffix('\n').unwrap_or(template);
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The native format whose official template is exactly `template`, and where that
 /// template comes from.
 pub fn identify(template: &str) -> Option<(&'static str, &'static str)> {
     let fp = template_fingerprint(template);
-    KNOWN_TEMPLATES.iter().find(|(hash, _, _)| *hash == fp).map(|&(_, name, source)| (name, source))
+    KNOWN_TEMPLATES
+        .iter()
+        .find(|(hash, _, _)| *hash == fp)
+        .map(|&(_, name, source)| (name, source))
 }
 
 /// Build format `name` for `checkpoint`, resolving its control tokens.
 pub fn build(name: &str, checkpoint: &Checkpoint) -> Result<Box<dyn ChatFormat>> {
-    let tokens = TokenResolver { checkpoint, format: name };
+    let tokens = TokenResolver {
+        checkpoint,
+        format: name,
+    };
     Ok(match name {
         "llama-3" => Box::new(Llama3::new(Llama3Variant::Llama3, &tokens)?),
         "llama-3.1" => Box::new(Llama3::new(Llama3Variant::Llama31, &tokens)?),
@@ -98,7 +147,10 @@ pub fn build(name: &str, checkpoint: &Checkpoint) -> Result<Box<dyn ChatFormat>>
         "qwen2.5" => Box::new(Chatml::new(ChatmlVariant::Qwen25, &tokens)?),
         "qwen3" => Box::new(Chatml::new(ChatmlVariant::Qwen3, &tokens)?),
         other => {
-            return Err(Error::Load(format!("unknown format {other:?}; the native formats are {}", FORMAT_NAMES.join(", "))))
+            return Err(Error::Load(format!(
+                "unknown format {other:?}; the native formats are {}",
+                FORMAT_NAMES.join(", ")
+            )))
         }
     })
 }
@@ -120,7 +172,11 @@ impl TokenResolver<'_> {
     pub fn token(&self, text: &str) -> Result<TemplateToken> {
         let cp = self.checkpoint;
         let token = cp.added_token(text).ok_or_else(|| {
-            Error::Load(format!("format {} needs the added token {text:?}, which {} does not have", self.format, cp.dir.display()))
+            Error::Load(format!(
+                "format {} needs the added token {text:?}, which {} does not have",
+                self.format,
+                cp.dir.display()
+            ))
         })?;
         if token.lstrip || token.rstrip || token.single_word {
             return Err(Error::Load(format!(
@@ -133,8 +189,9 @@ impl TokenResolver<'_> {
                 continue;
             }
             let contains = other.content.len() > text.len() && other.content.contains(text);
-            let tail_is_prefix =
-                (1..other.content.len()).filter(|&k| other.content.is_char_boundary(k)).any(|k| text.starts_with(&other.content[k..]));
+            let tail_is_prefix = (1..other.content.len())
+                .filter(|&k| other.content.is_char_boundary(k))
+                .any(|k| text.starts_with(&other.content[k..]));
             if contains || tail_is_prefix {
                 return Err(Error::Load(format!(
                     "format {}: added token {:?} overlaps template token {text:?}; the native format cannot guarantee transformers' split",
@@ -142,14 +199,25 @@ impl TokenResolver<'_> {
                 )));
             }
         }
-        Ok(TemplateToken { id: token.id, text: text.to_string() })
+        Ok(TemplateToken {
+            id: token.id,
+            text: text.to_string(),
+        })
     }
 
     /// The token named by the config's `bos_token`.
     pub fn bos(&self) -> Result<TemplateToken> {
-        let bos = self.checkpoint.special_tokens.bos.as_deref().ok_or_else(|| {
-            Error::Load(format!("format {} writes bos_token, which the tokenizer config does not set", self.format))
-        })?;
+        let bos = self
+            .checkpoint
+            .special_tokens
+            .bos
+            .as_deref()
+            .ok_or_else(|| {
+                Error::Load(format!(
+                    "format {} writes bos_token, which the tokenizer config does not set",
+                    self.format
+                ))
+            })?;
         self.token(bos)
     }
 }
@@ -161,7 +229,9 @@ pub(crate) mod rules {
     /// A conversation needs at least one message (transformers raises too).
     pub fn not_empty(messages: &[Message]) -> Result<(), TemplateError> {
         if messages.is_empty() {
-            return Err(TemplateError::whole("the conversation is empty; provide at least one message"));
+            return Err(TemplateError::whole(
+                "the conversation is empty; provide at least one message",
+            ));
         }
         Ok(())
     }
@@ -171,7 +241,11 @@ pub(crate) mod rules {
     /// A missing content is an error (templates either raise or render an empty string for
     /// it; chatids never guesses). A list of parts is an error for formats whose template
     /// does not read parts (it would raise, or render the list's Python repr).
-    pub fn text<'m>(messages: &'m [Message], i: usize, format: &str) -> Result<&'m str, TemplateError> {
+    pub fn text<'m>(
+        messages: &'m [Message],
+        i: usize,
+        format: &str,
+    ) -> Result<&'m str, TemplateError> {
         match &messages[i].content {
             Some(Content::Text(s)) => Ok(s),
             None => Err(TemplateError::at(i, "the message has no 'content' (or it is None)")),
@@ -184,7 +258,11 @@ pub(crate) mod rules {
 
     /// Tool calls are not rendered yet; never drop them silently. An empty `tool_calls`
     /// list is accepted (there is nothing to drop).
-    pub fn no_tool_calls(messages: &[Message], i: usize, format: &str) -> Result<(), TemplateError> {
+    pub fn no_tool_calls(
+        messages: &[Message],
+        i: usize,
+        format: &str,
+    ) -> Result<(), TemplateError> {
         if matches!(messages[i].tool_calls, Some(None) | Some(Some(1..))) {
             return Err(TemplateError::at(
                 i,
@@ -195,10 +273,18 @@ pub(crate) mod rules {
     }
 
     /// Check that `kwargs` only holds the names in `allowed`.
-    pub fn known_kwargs(kwargs: &TemplateArgs, allowed: &[&str], format: &str) -> Result<(), TemplateError> {
+    pub fn known_kwargs(
+        kwargs: &TemplateArgs,
+        allowed: &[&str],
+        format: &str,
+    ) -> Result<(), TemplateError> {
         for name in kwargs.keys() {
             if !allowed.contains(&name.as_str()) {
-                let accepted = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+                let accepted = if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                };
                 return Err(TemplateError::whole(format!(
                     "format {format} has no template argument {name:?} (it takes: {accepted}); an unknown argument would be ignored silently"
                 )));
@@ -208,11 +294,17 @@ pub(crate) mod rules {
     }
 
     /// A string template argument.
-    pub fn str_kwarg<'k>(kwargs: &'k TemplateArgs, name: &str) -> Result<Option<&'k str>, TemplateError> {
+    pub fn str_kwarg<'k>(
+        kwargs: &'k TemplateArgs,
+        name: &str,
+    ) -> Result<Option<&'k str>, TemplateError> {
         match kwargs.get(name) {
             None => Ok(None),
             Some(TemplateValue::Str(s)) => Ok(Some(s)),
-            Some(other) => Err(TemplateError::whole(format!("template argument {name} must be a str, not {}", other.type_name()))),
+            Some(other) => Err(TemplateError::whole(format!(
+                "template argument {name} must be a str, not {}",
+                other.type_name()
+            ))),
         }
     }
 
@@ -221,7 +313,10 @@ pub(crate) mod rules {
         match kwargs.get(name) {
             None => Ok(None),
             Some(TemplateValue::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(TemplateError::whole(format!("template argument {name} must be a bool, not {}", other.type_name()))),
+            Some(other) => Err(TemplateError::whole(format!(
+                "template argument {name} must be a bool, not {}",
+                other.type_name()
+            ))),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! [`TextEncoder`] backed by the `tokenizers` crate.
 
 use tokenizers::{
-    Model, ModelWrapper, NormalizedString, Normalizer, NormalizerWrapper, OffsetReferential, OffsetType,
-    PreTokenizedString, PreTokenizer, PreTokenizerWrapper, Tokenizer,
+    Model, ModelWrapper, NormalizedString, Normalizer, NormalizerWrapper, OffsetReferential,
+    OffsetType, PreTokenizedString, PreTokenizer, PreTokenizerWrapper, Tokenizer,
 };
 use unicode_normalization::{is_nfc_quick, IsNormalized};
 
@@ -26,13 +26,17 @@ pub struct HfTextEncoder {
 impl HfTextEncoder {
     /// Wrap a loaded tokenizer.
     pub fn new(mut tokenizer: Tokenizer) -> Self {
-        let pre_tokenizer_not_at_start = tokenizer.get_pre_tokenizer().and_then(without_first_prefix);
+        let pre_tokenizer_not_at_start =
+            tokenizer.get_pre_tokenizer().and_then(without_first_prefix);
         if let ModelWrapper::BPE(bpe) = tokenizer.get_model() {
             let mut bpe = bpe.clone();
             bpe.resize_cache(BPE_CACHE_WORDS);
             tokenizer.with_model(bpe);
         }
-        HfTextEncoder { tokenizer, pre_tokenizer_not_at_start }
+        HfTextEncoder {
+            tokenizer,
+            pre_tokenizer_not_at_start,
+        }
     }
 
     /// The wrapped tokenizer.
@@ -43,11 +47,15 @@ impl HfTextEncoder {
     fn pipeline(&self, text: &str, options: TextOptions) -> Result<PreTokenizedString> {
         let normalizer = match self.tokenizer.get_normalizer() {
             // NFC of text that is already NFC is the identity: skip building its alignments.
-            Some(NormalizerWrapper::NFC(_)) if is_nfc_quick(text.chars()) == IsNormalized::Yes => None,
+            Some(NormalizerWrapper::NFC(_)) if is_nfc_quick(text.chars()) == IsNormalized::Yes => {
+                None
+            }
             other => other,
         };
         let mut pretokenized = if options.added_tokens {
-            self.tokenizer.get_added_vocabulary().extract_and_normalize(normalizer, text)
+            self.tokenizer
+                .get_added_vocabulary()
+                .extract_and_normalize(normalizer, text)
         } else {
             let mut normalized = NormalizedString::from(text);
             if let Some(n) = normalizer {
@@ -63,7 +71,9 @@ impl HfTextEncoder {
             p.pre_tokenize(&mut pretokenized).map_err(tok_err)?;
         }
         let model = self.tokenizer.get_model();
-        pretokenized.tokenize(|normalized| model.tokenize(normalized.get())).map_err(tok_err)?;
+        pretokenized
+            .tokenize(|normalized| model.tokenize(normalized.get()))
+            .map_err(tok_err)?;
         Ok(pretokenized)
     }
 }
@@ -74,7 +84,9 @@ impl TextEncoder for HfTextEncoder {
             return Ok(());
         }
         let pretokenized = self.pipeline(text, options)?;
-        for (_, _, tokens) in pretokenized.get_splits(OffsetReferential::Normalized, OffsetType::None) {
+        for (_, _, tokens) in
+            pretokenized.get_splits(OffsetReferential::Normalized, OffsetType::None)
+        {
             if let Some(tokens) = tokens {
                 ids.extend(tokens.iter().map(|t| t.id));
             }
@@ -92,7 +104,10 @@ impl TextEncoder for HfTextEncoder {
         if text.is_empty() {
             return Ok(());
         }
-        let encoding = self.pipeline(text, options)?.into_encoding(None, 0, OffsetType::Byte).map_err(tok_err)?;
+        let encoding = self
+            .pipeline(text, options)?
+            .into_encoding(None, 0, OffsetType::Byte)
+            .map_err(tok_err)?;
         ids.extend_from_slice(encoding.get_ids());
         starts.extend(encoding.get_offsets().iter().map(|o| o.0));
         Ok(())
@@ -114,12 +129,19 @@ fn without_first_prefix(p: &PreTokenizerWrapper) -> Option<PreTokenizerWrapper> 
         }
         PreTokenizerWrapper::Sequence(seq) => {
             let parts: Vec<PreTokenizerWrapper> = seq.as_ref().to_vec();
-            let changed: Vec<Option<PreTokenizerWrapper>> = parts.iter().map(without_first_prefix).collect();
+            let changed: Vec<Option<PreTokenizerWrapper>> =
+                parts.iter().map(without_first_prefix).collect();
             if changed.iter().all(Option::is_none) {
                 return None;
             }
-            let new_parts = parts.into_iter().zip(changed).map(|(old, new)| new.unwrap_or(old)).collect();
-            Some(PreTokenizerWrapper::Sequence(tokenizers::pre_tokenizers::sequence::Sequence::new(new_parts)))
+            let new_parts = parts
+                .into_iter()
+                .zip(changed)
+                .map(|(old, new)| new.unwrap_or(old))
+                .collect();
+            Some(PreTokenizerWrapper::Sequence(
+                tokenizers::pre_tokenizers::sequence::Sequence::new(new_parts),
+            ))
         }
         _ => None,
     }
