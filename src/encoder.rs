@@ -304,11 +304,11 @@ mod tests {
                         .tokenizer()
                         .encode(text.as_str(), false)
                         .unwrap();
-                    assert_eq!(
-                        enc.encode(messages, &options).unwrap(),
-                        whole.get_ids(),
-                        "{dir}"
-                    );
+                    // Twice: the second time the short runs come from the cache.
+                    for _ in 0..2 {
+                        let ids = enc.encode(messages, &options).unwrap();
+                        assert_eq!(ids, whole.get_ids(), "{dir}");
+                    }
                     checked += 1;
                 }
             }

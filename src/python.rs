@@ -161,22 +161,43 @@ fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, Template
     })
 }
 
-fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateError> {
-    let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = obj.cast::<PyList>() {
-        list.iter().collect()
+/// The items of a list or tuple; `what` names the expected value in the error.
+fn sequence_items<'py>(
+    obj: &Bound<'py, PyAny>,
+    what: &str,
+) -> Result<Vec<Bound<'py, PyAny>>, TemplateError> {
+    if let Ok(list) = obj.cast::<PyList>() {
+        Ok(list.iter().collect())
     } else if let Ok(tuple) = obj.cast::<PyTuple>() {
-        tuple.iter().collect()
+        Ok(tuple.iter().collect())
     } else {
-        return Err(TemplateError::whole(format!(
-            "messages must be a list of dicts, not {}",
+        Err(TemplateError::whole(format!(
+            "{what}, not {}",
             type_name(obj)
-        )));
-    };
-    items
+        )))
+    }
+}
+
+fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateError> {
+    sequence_items(obj, "messages must be a list of dicts")?
         .iter()
         .enumerate()
         .map(|(i, m)| message_from_py(m, i))
         .collect()
+}
+
+/// The messages and options of one call, converted.
+fn request(
+    messages: &Bound<'_, PyAny>,
+    add_generation_prompt: bool,
+    sanitize_control_tokens: bool,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(Vec<Message>, EncodeOptions)> {
+    let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
+    Ok((
+        messages,
+        options(add_generation_prompt, sanitize_control_tokens, kwargs)?,
+    ))
 }
 
 fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, TemplateError> {
@@ -318,8 +339,12 @@ impl PyEncoder {
         sanitize_control_tokens: bool,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
-        let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
-        let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
+        let (messages, options) = request(
+            messages,
+            add_generation_prompt,
+            sanitize_control_tokens,
+            kwargs,
+        )?;
         let ids = py.detach(|| guarded(|| self.inner.encode(&messages, &options)))?;
         Ok(ids.into_pyarray(py))
     }
@@ -338,8 +363,12 @@ impl PyEncoder {
         Bound<'py, PyArray1<i32>>,
         Bound<'py, PyArray1<bool>>,
     )> {
-        let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
-        let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
+        let (messages, options) = request(
+            messages,
+            add_generation_prompt,
+            sanitize_control_tokens,
+            kwargs,
+        )?;
         let tracking = Tracking {
             message_indices: true,
             from_content: true,
@@ -361,8 +390,7 @@ impl PyEncoder {
         add_generation_prompt: bool,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<String> {
-        let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
-        let options = options(add_generation_prompt, true, kwargs)?;
+        let (messages, options) = request(messages, add_generation_prompt, true, kwargs)?;
         py.detach(|| guarded(|| self.inner.render(&messages, &options)))
     }
 
@@ -377,18 +405,11 @@ impl PyEncoder {
         kwargs: Option<&Bound<'py, PyDict>>,
         num_threads: Option<usize>,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
-        let items: Vec<Bound<'py, PyAny>> = match conversations.cast::<PyList>() {
-            Ok(list) => list.iter().collect(),
-            Err(_) => match conversations.cast::<PyTuple>() {
-                Ok(t) => t.iter().collect(),
-                Err(_) => {
-                    return Err(ChatTemplateError::new_err(format!(
-                        "conversations must be a list of conversations (lists of message dicts), not {}",
-                        type_name(conversations)
-                    )))
-                }
-            },
-        };
+        let items = sequence_items(
+            conversations,
+            "conversations must be a list of conversations (lists of message dicts)",
+        )
+        .map_err(|e| to_py_err(e.into()))?;
         let convs = items
             .iter()
             .enumerate()

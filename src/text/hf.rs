@@ -6,6 +6,9 @@ use tokenizers::{
 };
 use unicode_normalization::{is_nfc_quick, IsNormalized};
 
+use std::collections::HashMap;
+use std::sync::RwLock;
+
 use super::{TextEncoder, TextOptions};
 use crate::error::{Error, Result};
 use tokenizers::pre_tokenizers::metaspace::PrependScheme;
@@ -21,7 +24,21 @@ pub struct HfTextEncoder {
     /// The pre-tokenizer for text that does not start the string, when it differs from the
     /// tokenizer's own (a `Metaspace` with `prepend_scheme="first"` becomes `"never"`).
     pre_tokenizer_not_at_start: Option<PreTokenizerWrapper>,
+    /// Ids of short texts seen before. Chat prompts repeat the same short runs in every
+    /// conversation (role names, a date block, a default system prompt), and the pipeline's
+    /// fixed cost per call dominates for them. Encoding is a pure function of the text and
+    /// the options, so a hit returns exactly what the pipeline would.
+    /// One map per combination of [`TextOptions`] (see [`options_slot`]).
+    short_runs: [RwLock<RunCache>; 4],
 }
+
+/// Short texts and their ids.
+type RunCache = HashMap<Box<str>, Box<[u32]>>;
+
+/// Texts up to this many bytes go through [`HfTextEncoder::short_runs`].
+const SHORT_RUN_BYTES: usize = 256;
+/// The most entries [`HfTextEncoder::short_runs`] holds; later texts are not cached.
+const SHORT_RUN_ENTRIES: usize = 4096;
 
 impl HfTextEncoder {
     /// Wrap a loaded tokenizer.
@@ -36,6 +53,7 @@ impl HfTextEncoder {
         HfTextEncoder {
             tokenizer,
             pre_tokenizer_not_at_start,
+            short_runs: Default::default(),
         }
     }
 
@@ -83,12 +101,31 @@ impl TextEncoder for HfTextEncoder {
         if text.is_empty() {
             return Ok(());
         }
+        let short = text.len() <= SHORT_RUN_BYTES;
+        if short {
+            let cache = self.short_runs[options_slot(options)]
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(hit) = cache.get(text) {
+                ids.extend_from_slice(hit);
+                return Ok(());
+            }
+        }
+        let start = ids.len();
         let pretokenized = self.pipeline(text, options)?;
         for (_, _, tokens) in
             pretokenized.get_splits(OffsetReferential::Normalized, OffsetType::None)
         {
             if let Some(tokens) = tokens {
                 ids.extend(tokens.iter().map(|t| t.id));
+            }
+        }
+        if short {
+            let mut cache = self.short_runs[options_slot(options)]
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            if cache.len() < SHORT_RUN_ENTRIES {
+                cache.insert(Box::from(text), ids[start..].into());
             }
         }
         Ok(())
@@ -112,6 +149,11 @@ impl TextEncoder for HfTextEncoder {
         starts.extend(encoding.get_offsets().iter().map(|o| o.0));
         Ok(())
     }
+}
+
+/// Index of the [`HfTextEncoder::short_runs`] map for `options`.
+fn options_slot(options: TextOptions) -> usize {
+    usize::from(options.added_tokens) * 2 + usize::from(options.at_start)
 }
 
 fn tok_err(e: impl std::fmt::Display) -> Error {
