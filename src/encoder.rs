@@ -6,10 +6,11 @@ use crate::batch::{self, Batch};
 use crate::checkpoint::Checkpoint;
 use crate::control_tokens::ControlTokens;
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
-use crate::error::{Error, Result};
-use crate::formats::{self, ChatFormat, RenderRequest, TemplateArgs};
+use crate::error::{Error, Result, TemplateError};
+use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::message::Message;
 use crate::pieces::Pieces;
+use crate::policies;
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
 
 /// Options of one `encode`/`render` call (transformers' argument names). The default is the
@@ -24,6 +25,10 @@ pub struct EncodeOptions {
     pub sanitize_control_tokens: bool,
     /// Template keyword arguments.
     pub kwargs: TemplateArgs,
+    /// What to do with a system message the format has no slot for (`system=`).
+    pub system: SystemPolicy,
+    /// Join consecutive messages of the same role before rendering (see [`crate::policies`]).
+    pub merge_consecutive: bool,
 }
 
 impl Default for EncodeOptions {
@@ -32,6 +37,8 @@ impl Default for EncodeOptions {
             add_generation_prompt: false,
             sanitize_control_tokens: true,
             kwargs: TemplateArgs::new(),
+            system: SystemPolicy::Template,
+            merge_consecutive: false,
         }
     }
 }
@@ -186,24 +193,43 @@ impl Encoder {
         &self.text
     }
 
-    fn pieces<'a>(
+    fn render_pieces<'a>(
         &'a self,
         messages: &'a [Message],
         options: &'a EncodeOptions,
-    ) -> Result<Pieces<'a>> {
+    ) -> Result<Pieces<'a>, TemplateError> {
         let request = RenderRequest {
             messages,
             add_generation_prompt: options.add_generation_prompt,
             kwargs: &options.kwargs,
+            system: options.system,
         };
         let mut pieces = Pieces::new();
         self.format.render(&request, &mut pieces)?;
         Ok(pieces)
     }
 
+    /// Apply the input policies of `options`, render, and hand the pieces to `f`.
+    fn with_pieces<R>(
+        &self,
+        messages: &[Message],
+        options: &EncodeOptions,
+        f: impl FnOnce(&Pieces<'_>) -> Result<R>,
+    ) -> Result<R> {
+        if !options.merge_consecutive {
+            return f(&self.render_pieces(messages, options)?);
+        }
+        let (merged, origin) = policies::merge_consecutive(messages)?;
+        let mut pieces = self
+            .render_pieces(&merged, options)
+            .map_err(|e| policies::remap_error(e, &origin))?;
+        pieces.remap_messages(&origin);
+        f(&pieces)
+    }
+
     /// The prompt as text: exactly `apply_chat_template(..., tokenize=False)`.
     pub fn render(&self, messages: &[Message], options: &EncodeOptions) -> Result<String> {
-        Ok(self.pieces(messages, options)?.render())
+        self.with_pieces(messages, options, |pieces| Ok(pieces.render()))
     }
 
     /// The token ids of the conversation.
@@ -233,7 +259,6 @@ impl Encoder {
         tracking: Tracking,
         out: &mut EncodedChat,
     ) -> Result<()> {
-        let pieces = self.pieces(messages, options)?;
         let encoder = PieceEncoder {
             text: &self.text,
             sanitizer: options
@@ -241,7 +266,9 @@ impl Encoder {
                 .then_some(&self.control_tokens),
             newline_ids: &self.newline_ids,
         };
-        encoder.encode(pieces.as_slice(), tracking, out)
+        self.with_pieces(messages, options, |pieces| {
+            encoder.encode(pieces.as_slice(), tracking, out)
+        })
     }
 
     /// Encode many conversations in parallel (rayon) into one flat batch. `num_threads`:
@@ -296,7 +323,7 @@ mod tests {
                     let options = EncodeOptions {
                         add_generation_prompt: agp,
                         sanitize_control_tokens: false,
-                        kwargs: TemplateArgs::new(),
+                        ..Default::default()
                     };
                     let text = enc.render(messages, &options).unwrap();
                     let whole = enc

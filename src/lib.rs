@@ -39,6 +39,7 @@ pub mod error;
 pub mod formats;
 pub mod message;
 pub mod pieces;
+pub mod policies;
 pub mod pystr;
 pub mod text;
 

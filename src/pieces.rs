@@ -97,6 +97,16 @@ impl<'a> Pieces<'a> {
         }
     }
 
+    /// Replace every piece's message index `i` by `map[i]` (after the input policies renumbered
+    /// the messages).
+    pub fn remap_messages(&mut self, map: &[usize]) {
+        for piece in &mut self.items {
+            if let Some(m) = piece.message {
+                piece.message = map.get(m as usize).map(|&o| o as u32).or(Some(m));
+            }
+        }
+    }
+
     /// The pieces in order.
     pub fn as_slice(&self) -> &[Piece<'a>] {
         &self.items

@@ -16,7 +16,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use crate::encoder::{EncodeOptions, Encoder, FormatChoice};
 use crate::encoding::Tracking;
 use crate::error::{Error, TemplateError};
-use crate::formats::TemplateArgs;
+use crate::formats::{SystemPolicy, TemplateArgs};
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 
 create_exception!(
@@ -189,15 +189,10 @@ fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateErro
 /// The messages and options of one call, converted.
 fn request(
     messages: &Bound<'_, PyAny>,
-    add_generation_prompt: bool,
-    sanitize_control_tokens: bool,
-    kwargs: Option<&Bound<'_, PyDict>>,
+    call: CallOptions<'_, '_>,
 ) -> PyResult<(Vec<Message>, EncodeOptions)> {
     let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
-    Ok((
-        messages,
-        options(add_generation_prompt, sanitize_control_tokens, kwargs)?,
-    ))
+    Ok((messages, options(call)?))
 }
 
 fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, TemplateError> {
@@ -236,16 +231,26 @@ fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, Te
     Ok(args)
 }
 
-fn options(
+/// The options of one call. `system` and `merge_consecutive` are chatids' input policies.
+struct CallOptions<'a, 'py> {
     add_generation_prompt: bool,
-    sanitize: bool,
-    kwargs: Option<&Bound<'_, PyDict>>,
-) -> PyResult<EncodeOptions> {
-    Ok(EncodeOptions {
-        add_generation_prompt,
-        sanitize_control_tokens: sanitize,
-        kwargs: kwargs_from_py(kwargs).map_err(|e| to_py_err(e.into()))?,
-    })
+    sanitize_control_tokens: bool,
+    kwargs: Option<&'a Bound<'py, PyDict>>,
+    system: Option<&'a str>,
+    merge_consecutive: bool,
+}
+
+fn options(call: CallOptions<'_, '_>) -> PyResult<EncodeOptions> {
+    let convert = || -> Result<EncodeOptions, TemplateError> {
+        Ok(EncodeOptions {
+            add_generation_prompt: call.add_generation_prompt,
+            sanitize_control_tokens: call.sanitize_control_tokens,
+            kwargs: kwargs_from_py(call.kwargs)?,
+            system: SystemPolicy::parse(call.system)?,
+            merge_consecutive: call.merge_consecutive,
+        })
+    };
+    convert().map_err(|e| to_py_err(e.into()))
 }
 
 /// The compiled core of a chatids encoder. Use `chatids.Encoder`, which wraps it.
@@ -330,7 +335,8 @@ impl PyEncoder {
         lines.join("\n")
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false))]
+    #[allow(clippy::too_many_arguments)]
     fn encode<'py>(
         &self,
         py: Python<'py>,
@@ -338,19 +344,25 @@ impl PyEncoder {
         add_generation_prompt: bool,
         sanitize_control_tokens: bool,
         kwargs: Option<&Bound<'py, PyDict>>,
+        system: Option<&str>,
+        merge_consecutive: bool,
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let (messages, options) = request(
             messages,
-            add_generation_prompt,
-            sanitize_control_tokens,
-            kwargs,
+            CallOptions {
+                add_generation_prompt,
+                sanitize_control_tokens,
+                kwargs,
+                system,
+                merge_consecutive,
+            },
         )?;
         let ids = py.detach(|| guarded(|| self.inner.encode(&messages, &options)))?;
         Ok(ids.into_pyarray(py))
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None))]
-    #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_detailed<'py>(
         &self,
         py: Python<'py>,
@@ -358,6 +370,8 @@ impl PyEncoder {
         add_generation_prompt: bool,
         sanitize_control_tokens: bool,
         kwargs: Option<&Bound<'py, PyDict>>,
+        system: Option<&str>,
+        merge_consecutive: bool,
     ) -> PyResult<(
         Bound<'py, PyArray1<u32>>,
         Bound<'py, PyArray1<i32>>,
@@ -365,9 +379,13 @@ impl PyEncoder {
     )> {
         let (messages, options) = request(
             messages,
-            add_generation_prompt,
-            sanitize_control_tokens,
-            kwargs,
+            CallOptions {
+                add_generation_prompt,
+                sanitize_control_tokens,
+                kwargs,
+                system,
+                merge_consecutive,
+            },
         )?;
         let tracking = Tracking {
             message_indices: true,
@@ -382,20 +400,31 @@ impl PyEncoder {
         ))
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false))]
     fn render(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
         add_generation_prompt: bool,
         kwargs: Option<&Bound<'_, PyDict>>,
+        system: Option<&str>,
+        merge_consecutive: bool,
     ) -> PyResult<String> {
-        let (messages, options) = request(messages, add_generation_prompt, true, kwargs)?;
+        let (messages, options) = request(
+            messages,
+            CallOptions {
+                add_generation_prompt,
+                sanitize_control_tokens: true,
+                kwargs,
+                system,
+                merge_consecutive,
+            },
+        )?;
         py.detach(|| guarded(|| self.inner.render(&messages, &options)))
     }
 
-    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None))]
-    #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_batch<'py>(
         &self,
         py: Python<'py>,
@@ -404,6 +433,8 @@ impl PyEncoder {
         sanitize_control_tokens: bool,
         kwargs: Option<&Bound<'py, PyDict>>,
         num_threads: Option<usize>,
+        system: Option<&str>,
+        merge_consecutive: bool,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
         let items = sequence_items(
             conversations,
@@ -416,7 +447,13 @@ impl PyEncoder {
             .map(|(c, conv)| messages_from_py(conv).map_err(|e| e.in_conversation(c)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| to_py_err(e.into()))?;
-        let options = options(add_generation_prompt, sanitize_control_tokens, kwargs)?;
+        let options = options(CallOptions {
+            add_generation_prompt,
+            sanitize_control_tokens,
+            kwargs,
+            system,
+            merge_consecutive,
+        })?;
         let batch =
             py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
         Ok((batch.ids.into_pyarray(py), batch.offsets.into_pyarray(py)))

@@ -30,14 +30,29 @@ MODELS: dict[str, tuple[str, str]] = {
     "qwen2-7b-instruct": ("qwen2", "Qwen/Qwen2-7B-Instruct"),
     "qwen2.5-7b-instruct": ("qwen2.5", "Qwen/Qwen2.5-7B-Instruct"),
     "qwen3-0.6b": ("qwen3", "Qwen/Qwen3-0.6B"),
+    "llama-2-7b-chat": ("llama-2", "meta-llama/Llama-2-7b-chat-hf"),
+    "mistral-7b-instruct-v0.1": ("mistral-v1", "mistralai/Mistral-7B-Instruct-v0.1"),
+    "mistral-7b-instruct-v0.3": ("mistral-v3", "mistralai/Mistral-7B-Instruct-v0.3"),
+    "mistral-nemo-instruct-2407": ("mistral-v3-tekken", "mistralai/Mistral-Nemo-Instruct-2407"),
+    "mistral-large-instruct-2411": ("mistral-v7", "mistralai/Mistral-Large-Instruct-2411"),
+    "mistral-small-24b-instruct-2501": ("mistral-v7-tekken", "mistralai/Mistral-Small-24B-Instruct-2501"),
+    "gemma-2-it-on-gemma3-tokenizer": ("gemma", "google/gemma-2-2b-it"),
+    "gemma-3-it": ("gemma-3", "google/gemma-3-4b-it"),
 }
 MODEL_NAMES = list(MODELS)
 
 #: The date the tests pass as ``date_string`` (Llama 3.1's own default).
 FIXED_DATE = "26 Jul 2024"
+#: The clock the tests freeze transformers at, and the matching ``today`` (Mistral Small 2501).
+FROZEN_NOW = (2025, 1, 30, 12, 0, 0)
+FROZEN_TODAY = "2025-01-30"
 
 #: Formats whose templates pass any role through unchanged.
 PASS_THROUGH_ROLES = {"llama-3", "llama-3.1", "llama-3.2", "chatml", "qwen2"}
+#: Formats whose templates ignore add_generation_prompt.
+IGNORES_GENERATION_PROMPT = {"llama-2", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken"}
+#: Formats whose templates demand user/assistant alternation.
+ALTERNATING = {"llama-2", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "gemma", "gemma-3"}
 
 
 def require_models() -> bool:
@@ -145,7 +160,25 @@ class Model:
 
 
 def template_kwargs(fmt: str) -> dict[str, Any]:
-    return {"date_string": FIXED_DATE} if fmt in ("llama-3.1", "llama-3.2") else {}
+    if fmt in ("llama-3.1", "llama-3.2"):
+        return {"date_string": FIXED_DATE}
+    if fmt == "mistral-v7-tekken":
+        return {"today": FROZEN_TODAY}
+    return {}
+
+
+def freeze_transformers_clock() -> None:
+    """Templates that call ``strftime_now`` (Mistral Small 2501) see FROZEN_NOW."""
+    import datetime as dt
+
+    import transformers.utils.chat_template_utils as ctu
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(*FROZEN_NOW)
+
+    ctu.datetime = Frozen
 
 
 _LOADED: dict[str, Model] = {}
@@ -164,6 +197,7 @@ def load_model(name: str) -> Model:
             pytest.skip(message)
         from transformers import AutoTokenizer
 
+        freeze_transformers_clock()
         _LOADED[name] = Model(
             name=name,
             format=MODELS[name][0],
@@ -223,7 +257,11 @@ POLICY_PATTERNS = [
         r"has 'tool_calls', which format \S+ does not render yet",
         r"'tool' messages are not rendered by format",
         r"\"(tool|ipython)\" messages \(tool results\) are not rendered by format",
-        r"role .* is not rendered by the qwen\S* template \(it would drop the message silently\)",
+        r"role .* is not rendered by the \S+ template \(it would drop the message silently\)",
+        r"a system message needs a user message (after it|to be folded into)",
+        r"the template writes the system message into the last user turn only when the conversation ends with it",
+        r"content part \d+ has type .* which the gemma-3 template drops silently",
+        r"the gemma-3 template keeps only the first part of a system message",
         r"the message has no 'content'",
         r"takes string content; its template does not read a list of content parts",
     )

@@ -31,6 +31,8 @@ class Encoder:
         add_generation_prompt: bool = False,
         sanitize_control_tokens: bool = True,
         kwargs: Optional[dict[str, Any]] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
     ) -> np.ndarray: ...
     def encode_detailed(
         self,
@@ -38,12 +40,16 @@ class Encoder:
         add_generation_prompt: bool = False,
         sanitize_control_tokens: bool = True,
         kwargs: Optional[dict[str, Any]] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def render(
         self,
         messages: Sequence[Any],
         add_generation_prompt: bool = False,
         kwargs: Optional[dict[str, Any]] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
     ) -> str: ...
     def encode_batch(
         self,
@@ -52,4 +58,6 @@ class Encoder:
         sanitize_control_tokens: bool = True,
         kwargs: Optional[dict[str, Any]] = None,
         num_threads: Optional[int] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]: ...

@@ -12,7 +12,23 @@ import numpy as np
 from . import _core
 
 #: The native formats, by name.
-FORMATS = ("llama-3", "llama-3.1", "llama-3.2", "chatml", "qwen2", "qwen2.5", "qwen3")
+FORMATS = (
+    "llama-3",
+    "llama-3.1",
+    "llama-3.2",
+    "chatml",
+    "qwen2",
+    "qwen2.5",
+    "qwen3",
+    "llama-2",
+    "mistral-v1",
+    "mistral-v3",
+    "mistral-v3-tekken",
+    "mistral-v7",
+    "mistral-v7-tekken",
+    "gemma",
+    "gemma-3",
+)
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]
@@ -77,6 +93,15 @@ class Encoder:
     with ``role`` and ``content`` (a string, or a list of ``{"type": "text", "text": ...}``
     parts where the format accepts that), and the template's keyword arguments (for example
     ``date_string`` for Llama 3.1, ``enable_thinking`` for Qwen3) as extra keyword arguments.
+
+    Two input policies are explicit opt-ins:
+
+    * ``system``: ``None`` (default) does what the template does with a leading system
+      message; ``"error"`` raises where the format has no system turn of its own (instead of
+      the template folding it into a user turn); ``"fold"`` folds it into the first user
+      message where the template would raise (Gemma 1/2: ``system + "\n\n" + user``).
+    * ``merge_consecutive=True`` joins consecutive messages of the same role with a blank
+      line before rendering, where a template would raise on broken alternation.
     """
 
     def __init__(self, core: _core.Encoder) -> None:
@@ -125,6 +150,9 @@ class Encoder:
         messages: Conversation,
         add_generation_prompt: bool = False,
         sanitize_control_tokens: bool = True,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
         **template_kwargs: Any,
     ) -> np.ndarray:
         """Token ids (1-D uint32) of the conversation.
@@ -135,26 +163,39 @@ class Encoder:
         as transformers' plain ``apply_chat_template`` does, so content can forge turns.
         """
         kwargs = self._template_kwargs(template_kwargs)
-        return self._core.encode(messages, add_generation_prompt, sanitize_control_tokens, kwargs)
+        return self._core.encode(
+            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive
+        )
 
     def encode_detailed(
         self,
         messages: Conversation,
         add_generation_prompt: bool = False,
         sanitize_control_tokens: bool = True,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
         **template_kwargs: Any,
     ) -> EncodedChat:
         """Like :meth:`encode`, with each token's message index and origin."""
         kwargs = self._template_kwargs(template_kwargs)
         ids, message_indices, from_content = self._core.encode_detailed(
-            messages, add_generation_prompt, sanitize_control_tokens, kwargs
+            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive
         )
         return EncodedChat(ids, message_indices, from_content)
 
-    def render(self, messages: Conversation, add_generation_prompt: bool = False, **template_kwargs: Any) -> str:
+    def render(
+        self,
+        messages: Conversation,
+        add_generation_prompt: bool = False,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        **template_kwargs: Any,
+    ) -> str:
         """The prompt as text, equal to ``apply_chat_template(..., tokenize=False)``."""
         kwargs = self._template_kwargs(template_kwargs)
-        return self._core.render(messages, add_generation_prompt, kwargs)
+        return self._core.render(messages, add_generation_prompt, kwargs, system, merge_consecutive)
 
     def encode_batch(
         self,
@@ -162,6 +203,9 @@ class Encoder:
         add_generation_prompt: bool = False,
         sanitize_control_tokens: bool = True,
         num_threads: Optional[int] = None,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
         **template_kwargs: Any,
     ) -> Batch:
         """Encode many conversations in parallel with the GIL released.
@@ -171,7 +215,7 @@ class Encoder:
         """
         kwargs = self._template_kwargs(template_kwargs)
         ids, offsets = self._core.encode_batch(
-            conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads
+            conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads, system, merge_consecutive
         )
         return Batch(ids, offsets)
 

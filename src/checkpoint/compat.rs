@@ -74,7 +74,52 @@ pub fn apply_transformers_class(
             );
             Some("Qwen2Tokenizer: NFC normalizer and the class's own Split+ByteLevel pre-tokenizer, as transformers rebuilds it".into())
         }
+        "GemmaTokenizer" => {
+            let unk = config
+                .get("unk_token")
+                .and_then(Value::as_str)
+                .unwrap_or("<unk>");
+            tokenizer["normalizer"] =
+                json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"});
+            tokenizer["pre_tokenizer"] = json!({
+                "type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false
+            });
+            set_bpe_options(
+                tokenizer,
+                json!({"dropout": null, "unk_token": unk, "fuse_unk": true, "byte_fallback": true}),
+            );
+            Some("GemmaTokenizer: Replace(' ', '▁') normalizer and Split(' ') pre-tokenizer, as transformers rebuilds it".into())
+        }
         _ => None,
+    }
+}
+
+/// The special tokens a transformers tokenizer class names by default (`bos_token="<s>"`,
+/// ...), used when the config does not set that name. transformers marks them special.
+pub fn class_default_special_tokens(config: &Value) -> &'static [(&'static str, &'static str)] {
+    let class = config
+        .get("tokenizer_class")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match class.strip_suffix("Fast").unwrap_or(class) {
+        "LlamaTokenizer" => &[
+            ("unk_token", "<unk>"),
+            ("bos_token", "<s>"),
+            ("eos_token", "</s>"),
+        ],
+        "GemmaTokenizer" => &[
+            ("unk_token", "<unk>"),
+            ("bos_token", "<bos>"),
+            ("eos_token", "<eos>"),
+            ("pad_token", "<pad>"),
+            ("mask_token", "<mask>"),
+        ],
+        "Qwen2Tokenizer" => &[
+            ("unk_token", "<|endoftext|>"),
+            ("eos_token", "<|endoftext|>"),
+            ("pad_token", "<|endoftext|>"),
+        ],
+        _ => &[],
     }
 }
 

@@ -130,7 +130,10 @@ fn token_string(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// The special tokens the config names (`bos_token`, ...), with the tokenizer class's defaults
+/// for the names the config leaves out, and the additional/extra special tokens.
 fn named_special_tokens(config: &Value) -> Vec<String> {
+    let defaults = compat::class_default_special_tokens(config);
     let mut out: Vec<String> = [
         "bos_token",
         "eos_token",
@@ -141,7 +144,13 @@ fn named_special_tokens(config: &Value) -> Vec<String> {
         "mask_token",
     ]
     .iter()
-    .filter_map(|k| token_string(config.get(*k)))
+    .filter_map(|k| match config.get(*k) {
+        Some(v) => token_string(Some(v)),
+        None => defaults
+            .iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, t)| t.to_string()),
+    })
     .collect();
     for key in ["additional_special_tokens", "extra_special_tokens"] {
         if let Some(list) = config.get(key).and_then(Value::as_array) {

@@ -270,6 +270,7 @@ impl ChatFormat for Chatml {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         rules::not_empty(request.messages)?;
+        rules::system_policy(request, super::SystemSlot::Native, self.name())?;
         let allowed: &[&str] = if self.variant == ChatmlVariant::Qwen3 {
             &["enable_thinking"]
         } else {

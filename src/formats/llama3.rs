@@ -168,6 +168,7 @@ impl ChatFormat for Llama3 {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         rules::not_empty(request.messages)?;
+        rules::system_policy(request, super::SystemSlot::Native, self.name())?;
         match self.variant {
             Llama3Variant::Llama3 => self.render_llama3(request, out)?,
             Llama3Variant::Llama31 | Llama3Variant::Llama32 => self.render_llama31(request, out)?,

@@ -9,7 +9,10 @@
 //! newline aside, which Jinja ignores). Any other template needs an explicit `format=`.
 
 mod chatml;
+mod gemma;
+mod llama2;
 mod llama3;
+mod mistral;
 
 use std::collections::BTreeMap;
 
@@ -18,10 +21,13 @@ use sha2::{Digest, Sha256};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result, TemplateError};
 use crate::message::{Content, Message, TemplateValue};
-use crate::pieces::{Pieces, TemplateToken};
+use crate::pieces::{PieceKind, Pieces, TemplateToken};
 
 pub use chatml::{Chatml, ChatmlVariant};
+pub use gemma::{Gemma, GemmaVariant};
+pub use llama2::Llama2;
 pub use llama3::{Llama3, Llama3Variant};
+pub use mistral::{Mistral, MistralVariant};
 
 /// Keyword arguments for the template (`date_string`, `enable_thinking`, ...).
 pub type TemplateArgs = BTreeMap<String, TemplateValue>;
@@ -35,6 +41,46 @@ pub struct RenderRequest<'a> {
     pub add_generation_prompt: bool,
     /// Template keyword arguments.
     pub kwargs: &'a TemplateArgs,
+    /// What to do with a system message the format has no slot for.
+    pub system: SystemPolicy,
+}
+
+/// What to do with a leading system message (the `system=` option).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SystemPolicy {
+    /// Whatever the template does: use its slot, fold it the template's way, or raise.
+    #[default]
+    Template,
+    /// Raise if the format has no system slot of its own (instead of folding it).
+    Error,
+    /// Fold it into the first user message, for formats whose template raises on it
+    /// (Gemma 1/2: `system + "\n\n" + user`, then the template's own handling).
+    Fold,
+}
+
+impl SystemPolicy {
+    /// Parse `"error"` / `"fold"` (`None` is [`SystemPolicy::Template`]).
+    pub fn parse(value: Option<&str>) -> Result<Self, TemplateError> {
+        match value {
+            None => Ok(SystemPolicy::Template),
+            Some("error") => Ok(SystemPolicy::Error),
+            Some("fold") => Ok(SystemPolicy::Fold),
+            Some(other) => Err(TemplateError::whole(format!(
+                "system must be None, \"error\" or \"fold\", not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Where a format puts a system message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SystemSlot {
+    /// It has a system turn of its own.
+    Native,
+    /// The template folds it into a user turn (Llama 2, Mistral v1/v3, Gemma 3).
+    FoldedByTemplate,
+    /// The template raises on it (Gemma 1/2).
+    Unsupported,
 }
 
 /// A native chat format.
@@ -59,6 +105,21 @@ pub trait ChatFormat: Send + Sync {
     fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {
         &[]
     }
+
+    /// Where the format puts a system message.
+    fn system_slot(&self) -> SystemSlot {
+        SystemSlot::Native
+    }
+
+    /// Whether the template requires user/assistant alternation.
+    fn alternates(&self) -> bool {
+        false
+    }
+
+    /// Roles the template writes under another name (`assistant` -> `model`).
+    fn role_renames(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
 }
 
 /// The names of all native formats.
@@ -70,6 +131,14 @@ pub const FORMAT_NAMES: &[&str] = &[
     "qwen2",
     "qwen2.5",
     "qwen3",
+    "llama-2",
+    "mistral-v1",
+    "mistral-v3",
+    "mistral-v3-tekken",
+    "mistral-v7",
+    "mistral-v7-tekken",
+    "gemma",
+    "gemma-3",
 ];
 
 /// Official templates each format reproduces: sha256 of the template (one trailing newline
@@ -110,6 +179,46 @@ const KNOWN_TEMPLATES: &[(&str, &str, &str)] = &[
         "qwen3",
         "Qwen/Qwen3-0.6B",
     ),
+    (
+        "e8d5b5a546d3f19df16a5320c614fab05bdc4edd50e850f1afd947b503ea41cf",
+        "llama-2",
+        "meta-llama/Llama-2-7b-chat-hf",
+    ),
+    (
+        "bbc58aad99454df60138be9530c9601a0adfe3d8932cda975e1f10b2410ddc51",
+        "mistral-v1",
+        "mistralai/Mistral-7B-Instruct-v0.1 (also v0.2 and Mixtral-8x7B-Instruct)",
+    ),
+    (
+        "cafb64e0e9e5fd2503054b3479593fae39cbdfd52338ce8af9bb4664a8eb05bd",
+        "mistral-v3",
+        "mistralai/Mistral-7B-Instruct-v0.3",
+    ),
+    (
+        "e7deee034838db2bfc7487788a3013d8a307ab69f72f3c54a85f06fd76007d4e",
+        "mistral-v3-tekken",
+        "mistralai/Mistral-Nemo-Instruct-2407",
+    ),
+    (
+        "3c4ad5fa60dd8c7ccdf82fa4225864c903e107728fcaf859fa6052cb80c92ee9",
+        "mistral-v7",
+        "mistralai/Mistral-Large-Instruct-2411",
+    ),
+    (
+        "3934d199bfe5b6fab5cba1b5f8ee475e8d5738ac315f21cb09545b4e665cc005",
+        "mistral-v7-tekken",
+        "mistralai/Mistral-Small-24B-Instruct-2501",
+    ),
+    (
+        "ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6",
+        "gemma",
+        "google/gemma-2-2b-it (the Gemma 1/2 template)",
+    ),
+    (
+        "8d9e3a3c114fb2053ec500184677af4f7e5f8ec2582443cd535834e68b3ade29",
+        "gemma-3",
+        "google/gemma-3-it",
+    ),
 ];
 
 /// The sha256 (hex) by which a template is recognised: of its text with one trailing
@@ -146,6 +255,14 @@ pub fn build(name: &str, checkpoint: &Checkpoint) -> Result<Box<dyn ChatFormat>>
         "qwen2" => Box::new(Chatml::new(ChatmlVariant::Qwen2, &tokens)?),
         "qwen2.5" => Box::new(Chatml::new(ChatmlVariant::Qwen25, &tokens)?),
         "qwen3" => Box::new(Chatml::new(ChatmlVariant::Qwen3, &tokens)?),
+        "llama-2" => Box::new(Llama2::new(&tokens)?),
+        "mistral-v1" => Box::new(Mistral::new(MistralVariant::V1, &tokens)?),
+        "mistral-v3" => Box::new(Mistral::new(MistralVariant::V3, &tokens)?),
+        "mistral-v3-tekken" => Box::new(Mistral::new(MistralVariant::V3Tekken, &tokens)?),
+        "mistral-v7" => Box::new(Mistral::new(MistralVariant::V7, &tokens)?),
+        "mistral-v7-tekken" => Box::new(Mistral::new(MistralVariant::V7Tekken, &tokens)?),
+        "gemma" => Box::new(Gemma::new(GemmaVariant::Gemma, &tokens)?),
+        "gemma-3" => Box::new(Gemma::new(GemmaVariant::Gemma3, &tokens)?),
         other => {
             return Err(Error::Load(format!(
                 "unknown format {other:?}; the native formats are {}",
@@ -203,6 +320,22 @@ impl TokenResolver<'_> {
             id: token.id,
             text: text.to_string(),
         })
+    }
+
+    /// The token named by the config's `eos_token`.
+    pub fn eos(&self) -> Result<TemplateToken> {
+        let eos = self
+            .checkpoint
+            .special_tokens
+            .eos
+            .as_deref()
+            .ok_or_else(|| {
+                Error::Load(format!(
+                    "format {} writes eos_token, which the tokenizer config does not set",
+                    self.format
+                ))
+            })?;
+        self.token(eos)
     }
 
     /// The token named by the config's `bos_token`.
@@ -305,6 +438,76 @@ pub(crate) mod rules {
                 "template argument {name} must be a str, not {}",
                 other.type_name()
             ))),
+        }
+    }
+
+    /// The templates' alternation rule: from `offset` on, a message is `user` exactly when its
+    /// position (counted from `offset`) is even.
+    pub fn alternation(
+        messages: &[Message],
+        offset: usize,
+        rule: &str,
+    ) -> Result<(), TemplateError> {
+        for (k, m) in messages.iter().enumerate().skip(offset) {
+            if (m.role == "user") != ((k - offset) % 2 == 0) {
+                return Err(TemplateError::at(
+                    k,
+                    format!("{rule} (the template raises)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply the `system=` option's checks common to all formats. Returns whether the
+    /// conversation starts with a system message.
+    pub fn system_policy(
+        request: &RenderRequest<'_>,
+        slot: SystemSlot,
+        format: &str,
+    ) -> Result<bool, TemplateError> {
+        let has_system = request.messages.first().is_some_and(|m| m.role == "system");
+        match (request.system, slot) {
+            (SystemPolicy::Fold, SystemSlot::Native) => Err(TemplateError::whole(format!(
+                "format {format} has a system turn; system=\"fold\" is for formats without one"
+            ))),
+            (SystemPolicy::Error, SystemSlot::FoldedByTemplate | SystemSlot::Unsupported) if has_system => {
+                Err(TemplateError::at(
+                    0,
+                    format!("format {format} has no system turn (system=\"error\"); its template would fold or reject it"),
+                ))
+            }
+            _ => Ok(has_system),
+        }
+    }
+
+    /// Emit `parts` (kind, text, message) as if their concatenation were passed through
+    /// Python's `str.strip()`: the leading and trailing whitespace of the whole is dropped,
+    /// each remaining piece keeps its kind and message.
+    pub fn emit_stripped<'a>(out: &mut Pieces<'a>, parts: &[(PieceKind, &'a str, Option<usize>)]) {
+        let whole: String = parts.iter().map(|p| p.1).collect();
+        let start = whole.len()
+            - whole
+                .trim_start_matches(crate::pystr::is_python_whitespace)
+                .len();
+        let end = whole
+            .trim_end_matches(crate::pystr::is_python_whitespace)
+            .len()
+            .max(start);
+        let mut offset = 0;
+        for &(kind, text, message) in parts {
+            let (a, b) = (offset, offset + text.len());
+            offset = b;
+            let (lo, hi) = (start.max(a), end.min(b));
+            if lo >= hi {
+                continue;
+            }
+            out.set_message(message);
+            let slice = &text[lo - a..hi - a];
+            match kind {
+                PieceKind::Content => out.content(slice),
+                _ => out.text(slice),
+            }
         }
     }
 
