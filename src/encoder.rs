@@ -66,6 +66,7 @@ pub struct Encoder {
     control_tokens: ControlTokens,
     newline_ids: Vec<u32>,
     stop_token_ids: Vec<u32>,
+    post_processor_bos: Option<u32>,
     checkpoint_note: Option<String>,
     template_fingerprint: String,
 }
@@ -139,6 +140,17 @@ impl Encoder {
             .collect();
         stop_token_ids.sort_unstable();
         stop_token_ids.dedup();
+        let bos_id = checkpoint
+            .special_tokens
+            .bos
+            .as_deref()
+            .and_then(|t| checkpoint.tokenizer.token_to_id(t));
+        let post_processor_bos = checkpoint
+            .tokenizer
+            .encode("x", true)
+            .ok()
+            .and_then(|e| e.get_ids().first().copied())
+            .filter(|&first| Some(first) == bos_id);
         Ok(Encoder {
             format,
             format_choice,
@@ -146,9 +158,30 @@ impl Encoder {
             control_tokens,
             newline_ids,
             stop_token_ids,
+            post_processor_bos,
             checkpoint_note: checkpoint.compat_note.clone(),
             template_fingerprint: formats::template_fingerprint(&checkpoint.chat_template),
         })
+    }
+
+    /// The native format.
+    pub fn format(&self) -> &dyn ChatFormat {
+        self.format.as_ref()
+    }
+
+    /// The BOS id the tokenizer's post-processor adds with `add_special_tokens=True`, if any.
+    pub fn post_processor_bos(&self) -> Option<u32> {
+        self.post_processor_bos
+    }
+
+    /// Report the silent failures `messages` would meet (see [`crate::lint`]).
+    pub fn lint(
+        &self,
+        messages: &[Message],
+        options: &EncodeOptions,
+        context: crate::lint::LintContext,
+    ) -> Vec<crate::lint::Finding> {
+        crate::lint::lint(self, messages, options, context)
     }
 
     /// The native format's name.

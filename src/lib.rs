@@ -37,6 +37,7 @@ pub mod encoder;
 pub mod encoding;
 pub mod error;
 pub mod formats;
+pub mod lint;
 pub mod message;
 pub mod pieces;
 pub mod policies;

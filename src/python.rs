@@ -17,6 +17,7 @@ use crate::encoder::{EncodeOptions, Encoder, FormatChoice};
 use crate::encoding::Tracking;
 use crate::error::{Error, TemplateError};
 use crate::formats::{SystemPolicy, TemplateArgs};
+use crate::lint::LintContext;
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 
 create_exception!(
@@ -457,6 +458,42 @@ impl PyEncoder {
         let batch =
             py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
         Ok((batch.ids.into_pyarray(py), batch.offsets.into_pyarray(py)))
+    }
+
+    /// Findings as `(code, message index or None, explanation)` tuples.
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, for_generation=false, add_special_tokens=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn lint(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        add_generation_prompt: bool,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        system: Option<&str>,
+        merge_consecutive: bool,
+        for_generation: bool,
+        add_special_tokens: bool,
+    ) -> PyResult<Vec<(&'static str, Option<usize>, String)>> {
+        let (messages, options) = request(
+            messages,
+            CallOptions {
+                add_generation_prompt,
+                sanitize_control_tokens: true,
+                kwargs,
+                system,
+                merge_consecutive,
+            },
+        )?;
+        let context = LintContext {
+            for_generation,
+            add_special_tokens,
+        };
+        let findings =
+            py.detach(|| guarded(|| Ok(self.inner.lint(&messages, &options, context))))?;
+        Ok(findings
+            .into_iter()
+            .map(|f| (f.code, f.message, f.explanation))
+            .collect())
     }
 }
 

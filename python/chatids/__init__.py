@@ -9,7 +9,7 @@ template, and safe against special-token injection by default::
 """
 
 from ._core import ChatTemplateError, CheckpointError, __version__
-from ._encoder import FORMATS, Batch, EncodedChat, Encoder
+from ._encoder import FORMATS, Batch, EncodedChat, Encoder, Finding
 
 __all__ = [
     "FORMATS",
@@ -18,5 +18,6 @@ __all__ = [
     "CheckpointError",
     "EncodedChat",
     "Encoder",
+    "Finding",
     "__version__",
 ]

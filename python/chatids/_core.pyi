@@ -51,6 +51,16 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
     ) -> str: ...
+    def lint(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool = False,
+        kwargs: Optional[dict[str, Any]] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        for_generation: bool = False,
+        add_special_tokens: bool = False,
+    ) -> list[tuple[str, Optional[int], str]]: ...
     def encode_batch(
         self,
         conversations: Sequence[Sequence[Any]],

@@ -35,6 +35,22 @@ Conversation = Sequence[Message]
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One problem :meth:`Encoder.lint` found."""
+
+    #: A stable code, e.g. ``"system-unsupported"`` (see the README's lint table).
+    code: str
+    #: The message it is about, if one.
+    message: Optional[int]
+    #: What happens, in one line.
+    explanation: str
+
+    def __str__(self) -> str:
+        where = f"message {self.message}: " if self.message is not None else ""
+        return f"[{self.code}] {where}{self.explanation}"
+
+
+@dataclass(frozen=True)
 class EncodedChat:
     """The ids of one conversation with per-token provenance."""
 
@@ -218,6 +234,29 @@ class Encoder:
             conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads, system, merge_consecutive
         )
         return Batch(ids, offsets)
+
+    def lint(
+        self,
+        messages: Conversation,
+        add_generation_prompt: bool = False,
+        *,
+        for_generation: bool = False,
+        add_special_tokens: bool = False,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        **template_kwargs: Any,
+    ) -> list[Finding]:
+        """Report, without raising, the silent failures this conversation would meet.
+
+        ``for_generation=True`` says the prompt is for a serving call (it should end with the
+        assistant header); ``add_special_tokens=True`` says the caller will tokenize the
+        rendered text with special tokens (double-BOS check). Malformed messages still raise.
+        """
+        kwargs = self._template_kwargs(template_kwargs)
+        raw = self._core.lint(
+            messages, add_generation_prompt, kwargs, system, merge_consecutive, for_generation, add_special_tokens
+        )
+        return [Finding(code, message, explanation) for code, message, explanation in raw]
 
     def __repr__(self) -> str:
         return f"chatids.Encoder(format={self.format!r})"

@@ -106,6 +106,10 @@ impl ChatFormat for Llama2 {
         &["</s>"]
     }
 
+    fn ignores_generation_prompt(&self) -> bool {
+        true
+    }
+
     fn system_slot(&self) -> SystemSlot {
         SystemSlot::FoldedByTemplate
     }

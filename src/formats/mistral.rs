@@ -298,6 +298,10 @@ impl ChatFormat for Mistral {
         }
     }
 
+    fn ignores_generation_prompt(&self) -> bool {
+        true
+    }
+
     fn system_slot(&self) -> SystemSlot {
         match self.variant {
             MistralVariant::V7 | MistralVariant::V7Tekken => SystemSlot::Native,

@@ -116,6 +116,11 @@ pub trait ChatFormat: Send + Sync {
         false
     }
 
+    /// Whether the template ignores `add_generation_prompt` (Llama 2, Mistral).
+    fn ignores_generation_prompt(&self) -> bool {
+        false
+    }
+
     /// Roles the template writes under another name (`assistant` -> `model`).
     fn role_renames(&self) -> &'static [(&'static str, &'static str)] {
         &[]
