@@ -21,7 +21,13 @@ import pytest
 
 import chatids
 
-BENCH_MODELS = ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct"]
+BENCH_MODELS = [
+    "llama-3.1-8b-instruct",
+    "qwen2.5-7b-instruct",
+    "llama-2-7b-chat",
+    "mistral-nemo-instruct-2407",
+    "gemma-3-it",
+]
 QUICK = os.environ.get("CHATIDS_BENCH_QUICK", "") not in ("", "0")
 SINGLE_N = 20 if QUICK else 200
 BATCH_N = 50 if QUICK else 2000

@@ -1,4 +1,5 @@
-"""chatids vs transformers, side by side in one run (pytest-benchmark groups).
+"""chatids vs transformers, side by side in one run (pytest-benchmark groups), for the
+Llama 3.1, Qwen2.5, Llama 2, Mistral Nemo (tekken) and Gemma 3 tokenizers.
 
 * ``single-<model>``: encode 200 conversations one call at a time: ``Encoder.encode`` vs
   ``apply_chat_template(tokenize=True)`` (its default call, and with

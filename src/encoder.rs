@@ -1,4 +1,8 @@
-//! [`Encoder`]: a checkpoint's tokenizer plus the native format that reproduces its template.
+//! [`Encoder`]: a checkpoint's tokenizer plus what reproduces its chat formatting, on one of
+//! two routes: a native format that reproduces the checkpoint's Hugging Face chat template
+//! (exact against transformers' `apply_chat_template`), or, for checkpoints that ship
+//! mistral-common's tokenizer files, the mistral-common route (exact against
+//! `MistralTokenizer.encode_chat_completion`).
 
 use std::path::Path;
 
@@ -9,6 +13,7 @@ use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Error, Result, TemplateError};
 use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::message::Message;
+use crate::mistral_common::MistralCommon;
 use crate::pieces::Pieces;
 use crate::policies;
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
@@ -43,6 +48,29 @@ impl Default for EncodeOptions {
     }
 }
 
+/// Which reference an [`Encoder`] reproduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The checkpoint's Hugging Face chat template with its `tokenizer.json`, exact against
+    /// transformers' `apply_chat_template`.
+    Transformers,
+    /// mistral-common's own encoder, exact against `encode_chat_completion`.
+    MistralCommon,
+}
+
+impl Route {
+    /// Parse `"transformers"` / `"mistral-common"`.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "transformers" => Ok(Route::Transformers),
+            "mistral-common" => Ok(Route::MistralCommon),
+            other => Err(Error::Load(format!(
+                "reference must be \"transformers\" or \"mistral-common\", not {other:?}"
+            ))),
+        }
+    }
+}
+
 /// How the format of an [`Encoder`] was chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormatChoice {
@@ -58,38 +86,84 @@ pub enum FormatChoice {
     },
 }
 
-/// Encodes conversations for one checkpoint.
-pub struct Encoder {
+/// The transformers route: a native format over the checkpoint's tokenizer.json.
+struct TemplateRoute {
     format: Box<dyn ChatFormat>,
     format_choice: FormatChoice,
     text: HfTextEncoder,
     control_tokens: ControlTokens,
     newline_ids: Vec<u32>,
-    stop_token_ids: Vec<u32>,
     post_processor_bos: Option<u32>,
     checkpoint_note: Option<String>,
     template_fingerprint: String,
 }
 
+enum Backend {
+    Template(TemplateRoute),
+    MistralCommon(MistralCommon),
+}
+
+/// Encodes conversations for one checkpoint.
+pub struct Encoder {
+    backend: Backend,
+    stop_token_ids: Vec<u32>,
+}
+
 impl std::fmt::Debug for Encoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Encoder")
-            .field("format", &self.format.name())
-            .field("format_choice", &self.format_choice)
+            .field("format", &self.format_name())
             .finish()
     }
 }
 
 impl Encoder {
-    /// Load the checkpoint in `dir`. With `format: None` the native format is chosen by the
-    /// checkpoint's chat template (it must be one of the official templates chatids
-    /// reproduces); naming a format forces it.
+    /// Load the checkpoint in `dir`. A directory with mistral-common's tokenizer file
+    /// (`tekken.json`, `tokenizer.model.v*`) takes the mistral-common route; any other the
+    /// transformers route, where the native format is chosen by the checkpoint's chat template
+    /// (it must be one of the official templates chatids reproduces) or forced by `format`.
     pub fn from_dir(dir: impl AsRef<Path>, format: Option<&str>) -> Result<Self> {
-        let checkpoint = Checkpoint::load(dir)?;
-        Self::from_checkpoint(checkpoint, format)
+        Self::load(dir, format, None)
     }
 
-    /// Build an encoder from a loaded checkpoint (see [`Encoder::from_dir`]).
+    /// Like [`Encoder::from_dir`], choosing the route explicitly with `reference`.
+    pub fn load(
+        dir: impl AsRef<Path>,
+        format: Option<&str>,
+        reference: Option<Route>,
+    ) -> Result<Self> {
+        let dir = dir.as_ref();
+        let mistral_file = MistralCommon::find_in(dir)?;
+        let route = match (reference, &mistral_file, format) {
+            (Some(r), _, _) => r,
+            (None, Some(_), None) => Route::MistralCommon,
+            _ => Route::Transformers,
+        };
+        match route {
+            Route::Transformers => Self::from_checkpoint(Checkpoint::load(dir)?, format),
+            Route::MistralCommon => {
+                if let Some(f) = format {
+                    return Err(Error::Load(format!(
+                        "format={f:?} applies to the transformers route; pass reference=\"transformers\" to use it"
+                    )));
+                }
+                let file = mistral_file.ok_or_else(|| {
+                    Error::Load(format!(
+                        "{} has no mistral-common tokenizer file (tekken.json or tokenizer.model.v1/v2/v3/v7)",
+                        dir.display()
+                    ))
+                })?;
+                let mc = MistralCommon::load(&file)?;
+                let stop_token_ids = vec![mc.eos()];
+                Ok(Encoder {
+                    backend: Backend::MistralCommon(mc),
+                    stop_token_ids,
+                })
+            }
+        }
+    }
+
+    /// Build a transformers-route encoder from a loaded checkpoint (see [`Encoder::from_dir`]).
     pub fn from_checkpoint(checkpoint: Checkpoint, format: Option<&str>) -> Result<Self> {
         let identified = formats::identify(&checkpoint.chat_template);
         let (name, format_choice) = match (format, identified) {
@@ -125,53 +199,141 @@ impl Encoder {
             },
             &mut newline_ids,
         )?;
+        let token_id = |t: &str| checkpoint.tokenizer.token_to_id(t);
         let mut stop_token_ids: Vec<u32> = format
             .stop_tokens()
             .iter()
-            .filter_map(|t| checkpoint.tokenizer.token_to_id(t))
-            .chain(
-                checkpoint
-                    .special_tokens
-                    .eos
-                    .as_deref()
-                    .and_then(|t| checkpoint.tokenizer.token_to_id(t)),
-            )
+            .filter_map(|t| token_id(t))
+            .chain(checkpoint.special_tokens.eos.as_deref().and_then(token_id))
             .chain(checkpoint.generation_eos_ids.iter().copied())
             .collect();
         stop_token_ids.sort_unstable();
         stop_token_ids.dedup();
-        let bos_id = checkpoint
-            .special_tokens
-            .bos
-            .as_deref()
-            .and_then(|t| checkpoint.tokenizer.token_to_id(t));
+        let bos_id = checkpoint.special_tokens.bos.as_deref().and_then(token_id);
         let post_processor_bos = checkpoint
             .tokenizer
             .encode("x", true)
             .ok()
             .and_then(|e| e.get_ids().first().copied())
             .filter(|&first| Some(first) == bos_id);
-        Ok(Encoder {
+        let route = TemplateRoute {
             format,
             format_choice,
             text,
             control_tokens,
             newline_ids,
-            stop_token_ids,
             post_processor_bos,
             checkpoint_note: checkpoint.compat_note.clone(),
             template_fingerprint: formats::template_fingerprint(&checkpoint.chat_template),
+        };
+        Ok(Encoder {
+            backend: Backend::Template(route),
+            stop_token_ids,
         })
     }
 
-    /// The native format.
-    pub fn format(&self) -> &dyn ChatFormat {
-        self.format.as_ref()
+    fn template(&self) -> Option<&TemplateRoute> {
+        match &self.backend {
+            Backend::Template(t) => Some(t),
+            Backend::MistralCommon(_) => None,
+        }
+    }
+
+    /// Which reference this encoder reproduces.
+    pub fn route(&self) -> Route {
+        match &self.backend {
+            Backend::Template(_) => Route::Transformers,
+            Backend::MistralCommon(_) => Route::MistralCommon,
+        }
+    }
+
+    /// The format's name (`"llama-3.1"`, or `"mistral-common-v3"` on the mistral-common route).
+    pub fn format_name(&self) -> &'static str {
+        match &self.backend {
+            Backend::Template(t) => t.format.name(),
+            Backend::MistralCommon(mc) => mc.name(),
+        }
+    }
+
+    /// The native format (transformers route only).
+    pub fn format(&self) -> Option<&dyn ChatFormat> {
+        self.template().map(|t| t.format.as_ref())
+    }
+
+    /// How the format was chosen (transformers route only).
+    pub fn format_choice(&self) -> Option<&FormatChoice> {
+        self.template().map(|t| &t.format_choice)
+    }
+
+    /// Why this format was chosen, and what was adjusted to match the reference.
+    pub fn explain(&self) -> String {
+        let t = match &self.backend {
+            Backend::MistralCommon(mc) => {
+                return format!(
+                    "format {}: the checkpoint ships mistral-common's tokenizer file {}; chatids encodes as \
+                     mistral-common's encode_chat_completion does (pass reference=\"transformers\" for the \
+                     Hugging Face template route)",
+                    mc.name(),
+                    mc.file().display()
+                )
+            }
+            Backend::Template(t) => t,
+        };
+        let name = t.format.name();
+        let mut lines = vec![match t.format_choice {
+            FormatChoice::TemplateMatch { source } => format!(
+                "format {name}: the checkpoint's chat template (sha256 {}) is byte-for-byte the official template of {source}",
+                t.template_fingerprint
+            ),
+            FormatChoice::Explicit { template_matches: true } => format!(
+                "format {name}: chosen by the caller; the checkpoint's template is this format's official template"
+            ),
+            FormatChoice::Explicit { template_matches: false } => format!(
+                "format {name}: chosen by the caller; the checkpoint's template (sha256 {}) is NOT this format's official \
+                 template, so the output is not verified against it",
+                t.template_fingerprint
+            ),
+        }];
+        if let Some(note) = &t.checkpoint_note {
+            lines.push(format!("tokenizer: {note}"));
+        }
+        lines.join("\n")
+    }
+
+    /// What chatids changed in tokenizer.json to encode like transformers, if anything.
+    pub fn checkpoint_note(&self) -> Option<&str> {
+        self.template().and_then(|t| t.checkpoint_note.as_deref())
     }
 
     /// The BOS id the tokenizer's post-processor adds with `add_special_tokens=True`, if any.
     pub fn post_processor_bos(&self) -> Option<u32> {
-        self.post_processor_bos
+        self.template().and_then(|t| t.post_processor_bos)
+    }
+
+    /// The ids that end an assistant turn: the format's end-of-turn tokens, the config's
+    /// `eos_token`, and `generation_config.json`'s `eos_token_id` (on the mistral-common route,
+    /// `</s>`).
+    pub fn stop_token_ids(&self) -> &[u32] {
+        &self.stop_token_ids
+    }
+
+    /// The control tokens (special tokens plus added tokens in the template's text).
+    pub fn control_tokens(&self) -> &ControlTokens {
+        match &self.backend {
+            Backend::Template(t) => &t.control_tokens,
+            Backend::MistralCommon(mc) => mc.control_tokens(),
+        }
+    }
+
+    /// Template arguments the template fills from the clock when absent, with their
+    /// `strftime` format. The caller must supply them; the core never reads the clock.
+    pub fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {
+        self.template().map_or(&[], |t| t.format.clock_defaults())
+    }
+
+    /// The text encoder (the checkpoint's tokenizer.json), on the transformers route.
+    pub fn text_encoder(&self) -> Option<&HfTextEncoder> {
+        self.template().map(|t| &t.text)
     }
 
     /// Report the silent failures `messages` would meet (see [`crate::lint`]).
@@ -184,50 +346,9 @@ impl Encoder {
         crate::lint::lint(self, messages, options, context)
     }
 
-    /// The native format's name.
-    pub fn format_name(&self) -> &'static str {
-        self.format.name()
-    }
-
-    /// How the format was chosen.
-    pub fn format_choice(&self) -> &FormatChoice {
-        &self.format_choice
-    }
-
-    /// What chatids changed in tokenizer.json to encode like transformers, if anything.
-    pub fn checkpoint_note(&self) -> Option<&str> {
-        self.checkpoint_note.as_deref()
-    }
-
-    /// The sha256 by which the checkpoint's template is recognised.
-    pub fn template_fingerprint(&self) -> &str {
-        &self.template_fingerprint
-    }
-
-    /// The ids that end an assistant turn: the format's end-of-turn tokens, the config's
-    /// `eos_token`, and `generation_config.json`'s `eos_token_id`.
-    pub fn stop_token_ids(&self) -> &[u32] {
-        &self.stop_token_ids
-    }
-
-    /// The control tokens (special tokens plus added tokens in the template's text).
-    pub fn control_tokens(&self) -> &ControlTokens {
-        &self.control_tokens
-    }
-
-    /// Template arguments the template fills from the clock when absent, with their
-    /// `strftime` format. The caller must supply them; the core never reads the clock.
-    pub fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {
-        self.format.clock_defaults()
-    }
-
-    /// The text encoder (the checkpoint's tokenizer).
-    pub fn text_encoder(&self) -> &HfTextEncoder {
-        &self.text
-    }
-
+    /// Render `messages` with the native format into pieces.
     fn render_pieces<'a>(
-        &'a self,
+        t: &'a TemplateRoute,
         messages: &'a [Message],
         options: &'a EncodeOptions,
     ) -> Result<Pieces<'a>, TemplateError> {
@@ -238,31 +359,58 @@ impl Encoder {
             system: options.system,
         };
         let mut pieces = Pieces::new();
-        self.format.render(&request, &mut pieces)?;
+        t.format.render(&request, &mut pieces)?;
         Ok(pieces)
     }
 
-    /// Apply the input policies of `options`, render, and hand the pieces to `f`.
+    /// Apply the input policies of `options`, render with the native format, and hand the
+    /// pieces to `f`.
     fn with_pieces<R>(
-        &self,
+        t: &TemplateRoute,
         messages: &[Message],
         options: &EncodeOptions,
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
         if !options.merge_consecutive {
-            return f(&self.render_pieces(messages, options)?);
+            return f(&Self::render_pieces(t, messages, options)?);
         }
         let (merged, origin) = policies::merge_consecutive(messages)?;
-        let mut pieces = self
-            .render_pieces(&merged, options)
+        let mut pieces = Self::render_pieces(t, &merged, options)
             .map_err(|e| policies::remap_error(e, &origin))?;
         pieces.remap_messages(&origin);
         f(&pieces)
     }
 
-    /// The prompt as text: exactly `apply_chat_template(..., tokenize=False)`.
+    /// Checks of `options` that only the mistral-common route makes.
+    fn mistral_common_options(options: &EncodeOptions) -> Result<()> {
+        if let Some(name) = options.kwargs.keys().next() {
+            return Err(TemplateError::whole(format!(
+                "the mistral-common route has no template argument {name:?}; an unknown argument would be ignored silently"
+            ))
+            .into());
+        }
+        if options.system != SystemPolicy::Template {
+            return Err(TemplateError::whole(
+                "system= applies to template formats; mistral-common places system prompts itself",
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The prompt as text: on the transformers route exactly
+    /// `apply_chat_template(..., tokenize=False)`; on the mistral-common route what it encodes,
+    /// special tokens as text (see [`MistralCommon::render`]).
     pub fn render(&self, messages: &[Message], options: &EncodeOptions) -> Result<String> {
-        self.with_pieces(messages, options, |pieces| Ok(pieces.render()))
+        match &self.backend {
+            Backend::Template(t) => {
+                Self::with_pieces(t, messages, options, |pieces| Ok(pieces.render()))
+            }
+            Backend::MistralCommon(mc) => {
+                Self::mistral_common_options(options)?;
+                mc.render(messages)
+            }
+        }
     }
 
     /// The token ids of the conversation.
@@ -292,16 +440,22 @@ impl Encoder {
         tracking: Tracking,
         out: &mut EncodedChat,
     ) -> Result<()> {
-        let encoder = PieceEncoder {
-            text: &self.text,
-            sanitizer: options
-                .sanitize_control_tokens
-                .then_some(&self.control_tokens),
-            newline_ids: &self.newline_ids,
-        };
-        self.with_pieces(messages, options, |pieces| {
-            encoder.encode(pieces.as_slice(), tracking, out)
-        })
+        match &self.backend {
+            Backend::Template(t) => {
+                let encoder = PieceEncoder {
+                    text: &t.text,
+                    sanitizer: options.sanitize_control_tokens.then_some(&t.control_tokens),
+                    newline_ids: &t.newline_ids,
+                };
+                Self::with_pieces(t, messages, options, |pieces| {
+                    encoder.encode(pieces.as_slice(), tracking, out)
+                })
+            }
+            Backend::MistralCommon(mc) => {
+                Self::mistral_common_options(options)?;
+                mc.encode_into(messages, tracking, out)
+            }
+        }
     }
 
     /// Encode many conversations in parallel (rayon) into one flat batch. `num_threads`:
@@ -361,6 +515,7 @@ mod tests {
                     let text = enc.render(messages, &options).unwrap();
                     let whole = enc
                         .text_encoder()
+                        .expect("a transformers-route checkpoint")
                         .tokenizer()
                         .encode(text.as_str(), false)
                         .unwrap();

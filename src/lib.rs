@@ -39,6 +39,7 @@ pub mod error;
 pub mod formats;
 pub mod lint;
 pub mod message;
+pub mod mistral_common;
 pub mod pieces;
 pub mod policies;
 pub mod pystr;

@@ -71,7 +71,12 @@ pub fn lint(
     context: LintContext,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    let format = encoder.format();
+    let Some(format) = encoder.format() else {
+        // The mistral-common route: only what applies to any route.
+        content_findings(encoder, messages, &mut out);
+        refusal(encoder, messages, options, &mut out);
+        return out;
+    };
     let name = format.name();
     let has_system = messages.first().is_some_and(|m| m.role == "system");
     match (format.system_slot(), has_system, options.system) {
@@ -161,6 +166,12 @@ pub fn lint(
             }
         }
     }
+    content_findings(encoder, messages, &mut out);
+    refusal(encoder, messages, options, &mut out);
+    out
+}
+
+fn content_findings(encoder: &Encoder, messages: &[Message], out: &mut Vec<Finding>) {
     for (i, m) in messages.iter().enumerate() {
         let found: Vec<&str> = texts(m)
             .into_iter()
@@ -183,6 +194,14 @@ pub fn lint(
             ));
         }
     }
+}
+
+fn refusal(
+    encoder: &Encoder,
+    messages: &[Message],
+    options: &EncodeOptions,
+    out: &mut Vec<Finding>,
+) {
     if let Err(Error::Template(e)) = encoder.render(messages, options) {
         let already = out
             .iter()
@@ -191,5 +210,4 @@ pub fn lint(
             out.push(finding("refused", e.message, e.rule));
         }
     }
-    out
 }

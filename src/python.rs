@@ -13,7 +13,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::encoder::{EncodeOptions, Encoder, FormatChoice};
+use crate::encoder::{EncodeOptions, Encoder, Route};
 use crate::encoding::Tracking;
 use crate::error::{Error, TemplateError};
 use crate::formats::{SystemPolicy, TemplateArgs};
@@ -264,13 +264,19 @@ struct PyEncoder {
 impl PyEncoder {
     /// Load a checkpoint directory; `format` forces a native format.
     #[staticmethod]
-    #[pyo3(signature = (path, format=None))]
+    #[pyo3(signature = (path, format=None, reference=None))]
     fn from_pretrained(
         py: Python<'_>,
         path: std::path::PathBuf,
         format: Option<String>,
+        reference: Option<String>,
     ) -> PyResult<Self> {
-        let encoder = py.detach(|| guarded(|| Encoder::from_dir(&path, format.as_deref())))?;
+        let encoder = py.detach(|| {
+            guarded(|| {
+                let route = reference.as_deref().map(Route::parse).transpose()?;
+                Encoder::load(&path, format.as_deref(), route)
+            })
+        })?;
         Ok(PyEncoder {
             inner: Arc::new(encoder),
         })
@@ -303,37 +309,26 @@ impl PyEncoder {
     /// The tokenizer as chatids runs it (tokenizer.json after the transformers adjustments),
     /// serialized as JSON. A debugging aid.
     fn tokenizer_json(&self) -> PyResult<String> {
-        self.inner
-            .text_encoder()
-            .tokenizer()
+        let text = self.inner.text_encoder().ok_or_else(|| {
+            PyValueError::new_err("the mistral-common route does not use tokenizer.json")
+        })?;
+        text.tokenizer()
             .to_string(false)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
-    /// Why this format was chosen, and what was adjusted to match transformers.
+    /// Why this format was chosen, and what was adjusted to match the reference.
     fn explain(&self) -> String {
-        let enc = &self.inner;
-        let mut lines = vec![match enc.format_choice() {
-            FormatChoice::TemplateMatch { source } => format!(
-                "format {}: the checkpoint's chat template (sha256 {}) is byte-for-byte the official template of {source}",
-                enc.format_name(),
-                enc.template_fingerprint()
-            ),
-            FormatChoice::Explicit { template_matches: true } => format!(
-                "format {}: chosen by the caller; the checkpoint's template is this format's official template",
-                enc.format_name()
-            ),
-            FormatChoice::Explicit { template_matches: false } => format!(
-                "format {}: chosen by the caller; the checkpoint's template (sha256 {}) is NOT this format's official \
-                 template, so the output is not verified against it",
-                enc.format_name(),
-                enc.template_fingerprint()
-            ),
-        }];
-        if let Some(note) = enc.checkpoint_note() {
-            lines.push(format!("tokenizer: {note}"));
+        self.inner.explain()
+    }
+
+    /// `"transformers"` or `"mistral-common"`: the reference this encoder reproduces.
+    #[getter]
+    fn reference(&self) -> &'static str {
+        match self.inner.route() {
+            Route::Transformers => "transformers",
+            Route::MistralCommon => "mistral-common",
         }
-        lines.join("\n")
     }
 
     #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false))]
@@ -497,9 +492,56 @@ impl PyEncoder {
     }
 }
 
+/// Encode texts with a SentencePiece `.model` file (a test hook for the Rust encoder).
+#[pyfunction]
+fn _sentencepiece_encode(
+    py: Python<'_>,
+    model_path: std::path::PathBuf,
+    texts: Vec<String>,
+) -> PyResult<Vec<Vec<u32>>> {
+    let sp =
+        crate::text::sentencepiece::SentencePieceBpe::from_file(&model_path).map_err(to_py_err)?;
+    py.detach(|| {
+        guarded(|| {
+            Ok(texts
+                .iter()
+                .map(|t| {
+                    let mut ids = Vec::new();
+                    sp.encode(t, &mut ids);
+                    ids
+                })
+                .collect())
+        })
+    })
+}
+
+/// Encode texts with a `tekken.json` file (a test hook for the Rust encoder).
+#[pyfunction]
+fn _tekken_encode(
+    py: Python<'_>,
+    model_path: std::path::PathBuf,
+    texts: Vec<String>,
+) -> PyResult<Vec<Vec<u32>>> {
+    let tekken = crate::text::tekken::Tekken::from_file(&model_path).map_err(to_py_err)?;
+    py.detach(|| {
+        guarded(|| {
+            texts
+                .iter()
+                .map(|t| {
+                    let mut ids = Vec::new();
+                    tekken.encode(t, &mut ids)?;
+                    Ok(ids)
+                })
+                .collect()
+        })
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEncoder>()?;
+    m.add_function(wrap_pyfunction!(_sentencepiece_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(_tekken_encode, m)?)?;
     m.add("ChatTemplateError", m.py().get_type::<ChatTemplateError>())?;
     m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -9,10 +9,11 @@ template, and safe against special-token injection by default::
 """
 
 from ._core import ChatTemplateError, CheckpointError, __version__
-from ._encoder import FORMATS, Batch, EncodedChat, Encoder, Finding
+from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding
 
 __all__ = [
     "FORMATS",
+    "MISTRAL_COMMON_FORMATS",
     "Batch",
     "ChatTemplateError",
     "CheckpointError",

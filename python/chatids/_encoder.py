@@ -29,6 +29,15 @@ FORMATS = (
     "gemma",
     "gemma-3",
 )
+#: The mistral-common route's formats (chosen by the checkpoint's mistral-common file).
+MISTRAL_COMMON_FORMATS = (
+    "mistral-common-v1",
+    "mistral-common-v2",
+    "mistral-common-v3",
+    "mistral-common-v7",
+    "mistral-common-v3-tekken",
+    "mistral-common-v7-tekken",
+)
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]
@@ -124,14 +133,35 @@ class Encoder:
         self._core = core
 
     @classmethod
-    def from_pretrained(cls, path: Union[str, os.PathLike], *, format: Optional[str] = None) -> "Encoder":
-        """Load a local checkpoint directory (``tokenizer.json`` + ``tokenizer_config.json``).
+    def from_pretrained(
+        cls,
+        path: Union[str, os.PathLike],
+        *,
+        format: Optional[str] = None,
+        reference: Optional[str] = None,
+    ) -> "Encoder":
+        """Load a local checkpoint directory.
 
-        The native format is chosen from the checkpoint's chat template: it must be byte for
-        byte one of the official templates chatids reproduces, or :class:`CheckpointError` is
-        raised. ``format=`` forces a format (see :meth:`explain`).
+        Two routes, each exact against its own reference:
+
+        * ``reference="transformers"``: ``tokenizer.json`` + ``tokenizer_config.json`` and a
+          native format that reproduces the checkpoint's chat template, equal to transformers'
+          ``apply_chat_template``. The format is chosen from the template: it must be byte for
+          byte one of the official templates chatids reproduces, or :class:`CheckpointError` is
+          raised; ``format=`` forces one (see :meth:`explain`).
+        * ``reference="mistral-common"``: the directory's ``tekken.json`` or
+          ``tokenizer.model.v1/v2/v3/v7``, encoded exactly as Mistral's own library
+          ``mistral-common`` (``encode_chat_completion``) does.
+
+        The default is the mistral-common route when the directory holds such a file (as
+        Mistral's repositories do), the transformers route otherwise.
         """
-        return cls(_core.Encoder.from_pretrained(os.fspath(path), format))
+        return cls(_core.Encoder.from_pretrained(os.fspath(path), format, reference))
+
+    @property
+    def reference(self) -> str:
+        """``"transformers"`` or ``"mistral-common"``: what this encoder is exact against."""
+        return self._core.reference
 
     @property
     def format(self) -> str:

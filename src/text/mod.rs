@@ -6,6 +6,8 @@
 //! behind this interface.
 
 mod hf;
+pub mod sentencepiece;
+pub mod tekken;
 
 pub use hf::HfTextEncoder;
 

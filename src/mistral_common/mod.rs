@@ -1,0 +1,355 @@
+//! The mistral-common route: Mistral checkpoints encoded exactly as Mistral's own library,
+//! `mistral-common`, encodes them (`MistralTokenizer.from_file(...).encode_chat_completion`).
+//!
+//! mistral-common does not render a template and re-tokenize it: it encodes each message on its
+//! own (a SentencePiece model adds its dummy-prefix space to every message) and puts control
+//! tokens between them as ids. Hugging Face's Mistral templates only imitate this with literal
+//! spaces, and differ from it on most real conversations; checkpoints that ship
+//! mistral-common's files (`tekken.json`, `tokenizer.model.v1/v2/v3/v7`) use this route by
+//! default (see [`crate::encoder::Route`]).
+//!
+//! Per version, for plain-text conversations:
+//!
+//! * v1: `<s>` + `encode("[INST] {user} [/INST]")` + `encode(assistant)` `</s>` ..., the system
+//!   prompt prepended to the first user message (`system + "\n\n" + user`).
+//! * v2, v3: `<s>[INST]` + `encode(user)` + `[/INST]` + `encode(assistant.rstrip(" "))` + `</s>`,
+//!   the system prompt prepended to the last user message.
+//! * v7: as v3, system messages in place as `[SYSTEM_PROMPT]` + `encode(system)` + `[/SYSTEM_PROMPT]`.
+//!
+//! Control-token text in content is always encoded as text (mistral-common never parses it),
+//! so `sanitize_control_tokens` makes no difference on this route.
+
+pub mod request;
+
+use std::path::{Path, PathBuf};
+
+use crate::control_tokens::ControlTokens;
+use crate::encoding::{EncodedChat, Tracking};
+use crate::error::{Error, Result, TemplateError};
+use crate::message::Message;
+use crate::text::sentencepiece::SentencePieceBpe;
+use crate::text::tekken::Tekken;
+use request::{Request, Role};
+
+/// mistral-common's instruct tokenizer versions chatids implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// v1 (Mistral 7B v0.1, Mixtral 8x7B).
+    V1,
+    /// v2.
+    V2,
+    /// v3 (Mistral 7B v0.3, Nemo with tekken).
+    V3,
+    /// v7 (Large 2411, Small 2501 with tekken).
+    V7,
+}
+
+/// The raw text tokenizer behind a mistral-common checkpoint.
+pub enum RawTokenizer {
+    /// A SentencePiece `.model` file.
+    SentencePiece(SentencePieceBpe),
+    /// A `tekken.json` file.
+    Tekken(Tekken),
+}
+
+impl RawTokenizer {
+    fn encode(&self, text: &str, ids: &mut Vec<u32>) -> Result<()> {
+        match self {
+            RawTokenizer::SentencePiece(sp) => {
+                sp.encode(text, ids);
+                Ok(())
+            }
+            RawTokenizer::Tekken(t) => t.encode(text, ids),
+        }
+    }
+
+    fn special(&self, text: &str) -> Option<u32> {
+        match self {
+            RawTokenizer::SentencePiece(sp) => sp.piece_to_id(text),
+            RawTokenizer::Tekken(t) => t.special_id(text),
+        }
+    }
+}
+
+/// A checkpoint on the mistral-common route.
+pub struct MistralCommon {
+    version: Version,
+    raw: RawTokenizer,
+    file: PathBuf,
+    bos: u32,
+    eos: u32,
+    /// `[INST]`, `[/INST]` (v2 and later).
+    inst: Option<(u32, u32)>,
+    /// `[SYSTEM_PROMPT]`, `[/SYSTEM_PROMPT]` (v7).
+    system: Option<(u32, u32)>,
+    control_tokens: ControlTokens,
+}
+
+impl MistralCommon {
+    /// The mistral-common tokenizer file in `dir`, if there is exactly one: `tekken.json`, or a
+    /// SentencePiece model named `*.model.v{N}` (mistral-common reads the version from the
+    /// name). Several candidates are an error.
+    pub fn find_in(dir: &Path) -> Result<Option<PathBuf>> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Ok(None);
+        };
+        let mut found: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                name == "tekken.json" || sp_version(name).is_some()
+            })
+            .collect();
+        found.sort();
+        match found.len() {
+            0 => Ok(None),
+            1 => Ok(found.pop()),
+            _ => Err(Error::Load(format!(
+                "{} holds several mistral-common tokenizer files ({}); keep one",
+                dir.display(),
+                found
+                    .iter()
+                    .filter_map(|p| p.file_name()?.to_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// Load a mistral-common tokenizer file.
+    pub fn load(file: &Path) -> Result<Self> {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let (raw, version_str) = if name.ends_with(".json") {
+            let tekken = Tekken::from_file(file)?;
+            let v = tekken.version().to_string();
+            (RawTokenizer::Tekken(tekken), v)
+        } else {
+            let v = sp_version(name).ok_or_else(|| {
+                Error::Load(format!(
+                    "{}: not a mistral-common model file",
+                    file.display()
+                ))
+            })?;
+            (
+                RawTokenizer::SentencePiece(SentencePieceBpe::from_file(file)?),
+                v.to_string(),
+            )
+        };
+        let version = match version_str.as_str() {
+            "v1" => Version::V1,
+            "v2" => Version::V2,
+            "v3" => Version::V3,
+            "v7" => Version::V7,
+            other => {
+                return Err(Error::Load(format!(
+                    "{}: mistral-common tokenizer version {other:?} is not implemented by chatids (v1, v2, v3, v7 are)",
+                    file.display()
+                )))
+            }
+        };
+        let special = |text: &str| {
+            raw.special(text)
+                .ok_or_else(|| Error::Load(format!("{}: no special token {text}", file.display())))
+        };
+        let (bos, eos) = match &raw {
+            RawTokenizer::SentencePiece(sp) => (
+                sp.bos_id()
+                    .ok_or_else(|| Error::Load("model has no bos".into()))?,
+                sp.eos_id()
+                    .ok_or_else(|| Error::Load("model has no eos".into()))?,
+            ),
+            RawTokenizer::Tekken(_) => (special("<s>")?, special("</s>")?),
+        };
+        let inst = if version == Version::V1 {
+            None
+        } else {
+            Some((special("[INST]")?, special("[/INST]")?))
+        };
+        let system = if version == Version::V7 {
+            Some((special("[SYSTEM_PROMPT]")?, special("[/SYSTEM_PROMPT]")?))
+        } else {
+            None
+        };
+        let control_tokens = match &raw {
+            RawTokenizer::SentencePiece(sp) => ControlTokens::new(
+                (0..sp.vocab_size() as u32)
+                    .filter(|&i| sp.is_control(i))
+                    .filter_map(|i| Some((sp.id_to_piece(i)?.to_string(), i)))
+                    .collect(),
+            ),
+            RawTokenizer::Tekken(t) => ControlTokens::new(
+                t.special_tokens()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (s.clone(), i as u32))
+                    .collect(),
+            ),
+        };
+        Ok(MistralCommon {
+            version,
+            raw,
+            file: file.to_path_buf(),
+            bos,
+            eos,
+            inst,
+            system,
+            control_tokens,
+        })
+    }
+
+    /// The route's name, e.g. `"mistral-common-v3-tekken"`.
+    pub fn name(&self) -> &'static str {
+        let tekken = matches!(self.raw, RawTokenizer::Tekken(_));
+        match (self.version, tekken) {
+            (Version::V1, false) => "mistral-common-v1",
+            (Version::V2, false) => "mistral-common-v2",
+            (Version::V3, false) => "mistral-common-v3",
+            (Version::V7, false) => "mistral-common-v7",
+            (Version::V1, true) => "mistral-common-v1-tekken",
+            (Version::V2, true) => "mistral-common-v2-tekken",
+            (Version::V3, true) => "mistral-common-v3-tekken",
+            (Version::V7, true) => "mistral-common-v7-tekken",
+        }
+    }
+
+    /// The tokenizer file in use.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// `</s>`, the id that ends an assistant turn.
+    pub fn eos(&self) -> u32 {
+        self.eos
+    }
+
+    /// The special (control) tokens.
+    pub fn control_tokens(&self) -> &ControlTokens {
+        &self.control_tokens
+    }
+
+    /// The units mistral-common encodes, in order: special ids and texts encoded on their own.
+    fn units<'r>(&self, request: &'r Request) -> Vec<(Unit<'r>, Option<usize>)> {
+        let mut units = vec![(Unit::Special(self.bos, "<s>"), None)];
+        let first_user = request.messages.iter().position(|m| m.role == Role::User);
+        let last_user = request.messages.iter().rposition(|m| m.role == Role::User);
+        for (k, m) in request.messages.iter().enumerate() {
+            let origin = m.origin;
+            match (m.role, self.version) {
+                (Role::User, Version::V1) => {
+                    let content = match &request.system_prompt {
+                        Some(s) if Some(k) == first_user => format!("{s}\n\n{}", m.content),
+                        _ => m.content.clone(),
+                    };
+                    units.push((
+                        Unit::Text(format!("[INST] {content} [/INST]").into()),
+                        origin,
+                    ));
+                }
+                (Role::User, _) => {
+                    let (open, close) = self.inst.expect("v2+ resolves [INST]");
+                    units.push((Unit::Special(open, "[INST]"), origin));
+                    let content = match &request.system_prompt {
+                        Some(s) if Some(k) == last_user => format!("{s}\n\n{}", m.content).into(),
+                        _ => std::borrow::Cow::Borrowed(m.content.as_str()),
+                    };
+                    units.push((Unit::Text(content), origin));
+                    units.push((Unit::Special(close, "[/INST]"), origin));
+                }
+                (Role::Assistant, Version::V1) => {
+                    units.push((Unit::Text(m.content.as_str().into()), origin));
+                    units.push((Unit::Special(self.eos, "</s>"), origin));
+                }
+                (Role::Assistant, _) => {
+                    units.push((Unit::Text(m.content.trim_end_matches(' ').into()), origin));
+                    units.push((Unit::Special(self.eos, "</s>"), origin));
+                }
+                (Role::System, _) => {
+                    let (open, close) = self.system.expect("v7 resolves [SYSTEM_PROMPT]");
+                    units.push((Unit::Special(open, "[SYSTEM_PROMPT]"), origin));
+                    units.push((Unit::Text(m.content.as_str().into()), origin));
+                    units.push((Unit::Special(close, "[/SYSTEM_PROMPT]"), origin));
+                }
+            }
+        }
+        units
+    }
+
+    fn request(&self, messages: &[Message]) -> Result<Request, TemplateError> {
+        request::normalize(messages, self.version == Version::V7)
+    }
+
+    /// Encode `messages` exactly as mistral-common's `encode_chat_completion`.
+    pub fn encode_into(
+        &self,
+        messages: &[Message],
+        tracking: Tracking,
+        out: &mut EncodedChat,
+    ) -> Result<()> {
+        let request = self.request(messages)?;
+        for (unit, origin) in self.units(&request) {
+            let before = out.ids.len();
+            let is_text = matches!(unit, Unit::Text(_));
+            match unit {
+                Unit::Special(id, _) => out.ids.push(id),
+                Unit::Text(text) => self.raw.encode(&text, &mut out.ids)?,
+            }
+            let count = out.ids.len() - before;
+            if tracking.message_indices {
+                let index = origin.map_or(-1, |o| o as i32);
+                out.message_indices
+                    .extend(std::iter::repeat(index).take(count));
+            }
+            if tracking.from_content {
+                out.from_content
+                    .extend(std::iter::repeat(is_text).take(count));
+            }
+        }
+        Ok(())
+    }
+
+    /// What mistral-common encodes, as one string: special tokens as their text, each message
+    /// text as given (each is encoded on its own, so this string is not re-tokenizable).
+    pub fn render(&self, messages: &[Message]) -> Result<String> {
+        let request = self.request(messages)?;
+        Ok(self
+            .units(&request)
+            .into_iter()
+            .map(|(u, _)| match u {
+                Unit::Special(_, text) => text.to_string(),
+                Unit::Text(t) => t.into_owned(),
+            })
+            .collect())
+    }
+}
+
+/// One thing mistral-common encodes.
+enum Unit<'r> {
+    Special(u32, &'static str),
+    Text(std::borrow::Cow<'r, str>),
+}
+
+/// The version in a SentencePiece file name (`tokenizer.model.v3`, `...model.v7m1` -> `v7`).
+fn sp_version(name: &str) -> Option<&'static str> {
+    let (_, suffix) = name.rsplit_once(".model.")?;
+    let version = suffix.split('m').next()?;
+    ["v1", "v2", "v3", "v7"].into_iter().find(|v| *v == version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentencepiece_versions_come_from_the_file_name() {
+        assert_eq!(sp_version("tokenizer.model.v3"), Some("v3"));
+        assert_eq!(
+            sp_version("mistral_instruct_tokenizer_241114.model.v7m1"),
+            Some("v7")
+        );
+        assert_eq!(sp_version("tokenizer.model"), None);
+        assert_eq!(sp_version("tokenizer.json"), None);
+    }
+}
