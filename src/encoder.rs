@@ -99,8 +99,8 @@ struct TemplateRoute {
 }
 
 enum Backend {
-    Template(TemplateRoute),
-    MistralCommon(MistralCommon),
+    Template(Box<TemplateRoute>),
+    MistralCommon(Box<MistralCommon>),
 }
 
 /// Encodes conversations for one checkpoint.
@@ -156,7 +156,7 @@ impl Encoder {
                 let mc = MistralCommon::load(&file)?;
                 let stop_token_ids = vec![mc.eos()];
                 Ok(Encoder {
-                    backend: Backend::MistralCommon(mc),
+                    backend: Backend::MistralCommon(Box::new(mc)),
                     stop_token_ids,
                 })
             }
@@ -227,7 +227,7 @@ impl Encoder {
             template_fingerprint: formats::template_fingerprint(&checkpoint.chat_template),
         };
         Ok(Encoder {
-            backend: Backend::Template(route),
+            backend: Backend::Template(Box::new(route)),
             stop_token_ids,
         })
     }

@@ -301,11 +301,11 @@ fn record(
     if tracking.message_indices {
         let index = message.map_or(-1, |m| m as i32);
         out.message_indices
-            .extend(std::iter::repeat(index).take(count));
+            .extend(std::iter::repeat_n(index, count));
     }
     if tracking.from_content {
         out.from_content
-            .extend(std::iter::repeat(from_content).take(count));
+            .extend(std::iter::repeat_n(from_content, count));
     }
 }
 

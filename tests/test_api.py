@@ -151,3 +151,18 @@ def test_explain_names_the_template_source(model):
 def test_from_pretrained_accepts_paths(model):
     assert chatids.Encoder.from_pretrained(str(model.path)).format == model.format
     assert repr(chatids.Encoder.from_pretrained(model.path)) == f"chatids.Encoder(format={model.format!r})"
+
+
+def test_llama2_space_after_special_token_follows_transformers_not_tokenizer_json():
+    """transformers 5 rebuilds Llama's pre-tokenizer from `legacy` (Metaspace, prepend "always")
+    instead of tokenizer.json's Prepend normalizer; the two differ on text that starts with a
+    space right after a special token. chatids follows transformers."""
+    from tokenizers import Tokenizer
+
+    m = support.load_model("llama-2-7b-chat")
+    msgs = [{"role": "user", "content": "hi</s> leading space"}]
+    ours = m.enc.encode(msgs, sanitize_control_tokens=False).tolist()
+    assert ours == m.ref_ids(msgs, sanitize=False)
+    raw = Tokenizer.from_file(str(m.path / "tokenizer.json"))
+    assert raw.encode(m.ref_text(msgs), add_special_tokens=False).ids != ours
+    assert raw.encode(" leading space", add_special_tokens=False).ids != m.tok.encode(" leading space", add_special_tokens=False)

@@ -117,7 +117,10 @@ FILES = support.corpus_files() or ["<no corpus>"]
 @pytest.mark.parametrize("corpus_file", FILES)
 def test_corpus_matches_mistral_common(route, corpus_file):
     if corpus_file == "<no corpus>":
-        pytest.skip("conversation corpus not found")
+        _, reason = support.data_dir()
+        if support.require_models():
+            pytest.fail(f"conversation corpus not found: {reason}")
+        pytest.skip(f"conversation corpus not found: {reason}")
     outcomes: Counter = Counter()
     accepted = []
     for row in support.corpus_rows(corpus_file):
@@ -154,17 +157,20 @@ def test_edge_cases_match_mistral_common(route):
     assert outcomes["compared"] > 100
 
 
-def test_golden_ids_of_mistral_common_samples(route):
-    """mistral-common's own ground-truth ids (tests/data/samples/no_tools) for v1/v2/v3."""
-    base, _ = support.data_dir()
+@pytest.mark.parametrize("name", ["mistral-common-v1", "mistral-common-v2", "mistral-common-v3"])
+def test_golden_ids_of_mistral_common_samples(name, route_dirs):
+    """mistral-common's own ground-truth ids (its tests/data/samples/no_tools, copied into the
+    shared data) for the versions it publishes them for."""
+    base, reason = support.data_dir()
     if base is None:
-        pytest.skip("conversation corpus not found")
-    version = route.name.removeprefix("mistral-common-")
+        if support.require_models():
+            pytest.fail(f"conversation corpus not found: {reason}")
+        pytest.skip(f"conversation corpus not found: {reason}")
+    version = name.removeprefix("mistral-common-")
     golden = base / "mistral_common_samples" / "no_tools" / f"tokens_{version}.json"
-    if not golden.is_file():
-        pytest.skip(f"no golden ids for {version}")
     sample = json.loads((golden.parent / "sample.json").read_text())
-    assert route.enc.encode(sample["messages"]).tolist() == json.loads(golden.read_text())["tokens"]
+    enc = chatids.Encoder.from_pretrained(route_dirs[name])
+    assert enc.encode(sample["messages"]).tolist() == json.loads(golden.read_text())["tokens"]
 
 
 def test_random_conversations_match_mistral_common(route):

@@ -47,7 +47,7 @@ pub enum Version {
 /// The raw text tokenizer behind a mistral-common checkpoint.
 pub enum RawTokenizer {
     /// A SentencePiece `.model` file.
-    SentencePiece(SentencePieceBpe),
+    SentencePiece(Box<SentencePieceBpe>),
     /// A `tekken.json` file.
     Tekken(Tekken),
 }
@@ -134,7 +134,7 @@ impl MistralCommon {
                 ))
             })?;
             (
-                RawTokenizer::SentencePiece(SentencePieceBpe::from_file(file)?),
+                RawTokenizer::SentencePiece(Box::new(SentencePieceBpe::from_file(file)?)),
                 v.to_string(),
             )
         };
@@ -300,11 +300,10 @@ impl MistralCommon {
             if tracking.message_indices {
                 let index = origin.map_or(-1, |o| o as i32);
                 out.message_indices
-                    .extend(std::iter::repeat(index).take(count));
+                    .extend(std::iter::repeat_n(index, count));
             }
             if tracking.from_content {
-                out.from_content
-                    .extend(std::iter::repeat(is_text).take(count));
+                out.from_content.extend(std::iter::repeat_n(is_text, count));
             }
         }
         Ok(())

@@ -143,10 +143,10 @@ pub fn normalize(messages: &[Message], v7: bool) -> Result<Request, TemplateErro
         }
         match role {
             Role::System if keep_system => {
-                for k in i..j {
+                for (k, text) in texts.iter().enumerate().take(j).skip(i) {
                     out.push(Normalized {
                         role,
-                        content: texts[k].clone().unwrap_or_default(),
+                        content: text.clone().unwrap_or_default(),
                         origin: Some(k),
                     });
                 }
@@ -167,7 +167,10 @@ pub fn normalize(messages: &[Message], v7: bool) -> Result<Request, TemplateErro
         }
         i = j;
     }
-    if let Some(empty) = out.iter().find(|n| n.role == Role::Assistant && n.content.is_empty()) {
+    if let Some(empty) = out
+        .iter()
+        .find(|n| n.role == Role::Assistant && n.content.is_empty())
+    {
         return Err(TemplateError::at(
             empty.origin.unwrap_or_default(),
             "Invalid assistant message: no content (mistral-common)",

@@ -1,32 +1,45 @@
 //! An exact SentencePiece BPE encoder: `.model` file in, the ids of
 //! `SentencePieceProcessor(model_file=...).encode(text)` out.
 //!
-//! It follows the C++ sources of `google/sentencepiece` (0.2.x):
+//! It follows the C++ sources of `google/sentencepiece`, and where the `sentencepiece` 0.2.3
+//! wheel (the reference of the tests) behaves differently from those sources, the wheel:
 //!
 //! * `src/sentencepiece_model.proto`: the model is a serialized `ModelProto`. It is read with a
-//!   minimal protobuf wire-format decoder ([`proto`]); fields it does not need are skipped.
+//!   minimal protobuf wire-format decoder (module `proto`); fields it does not need are skipped.
 //! * `src/model_interface.cc` (`InitializePieces`): NORMAL, USER_DEFINED and UNUSED pieces form
-//!   the merge dictionary; CONTROL, UNKNOWN and BYTE pieces a reserved map that `PieceToId`
-//!   consults first. The same load-time checks (one `<unk>`, 256 byte pieces with
-//!   `byte_fallback`, no empty, duplicate or NUL-holding pieces) apply.
+//!   the merge dictionary; CONTROL, UNKNOWN and BYTE pieces are looked up only by
+//!   [`SentencePieceBpe::piece_to_id`]. The load-time checks are the wheel's: one `<unk>`, 256
+//!   byte pieces with `byte_fallback`, no empty or NUL-holding piece (a piece that is exactly
+//!   `"\0"` is kept as UNUSED under byte fallback), no text twice whatever the types.
 //! * `src/normalizer.cc` (`Normalizer::Normalize`): without a precompiled charsmap (the
 //!   `identity` rule) normalization only adds the dummy prefix `▁` (U+2581) and replaces every
-//!   ASCII space with `▁`; `remove_extra_whitespaces` and `treat_whitespace_as_suffix` are
-//!   honoured too. An empty input encodes to nothing, without a prefix.
+//!   ASCII space with `▁`; `remove_extra_whitespaces`, `escape_whitespaces` and
+//!   `treat_whitespace_as_suffix` are honoured too. An empty input encodes to nothing.
 //! * `src/bpe_model.cc` (`Model::SampleEncode` with `alpha = 0`): the normalized text is split
-//!   into characters, except that the longest USER_DEFINED piece starting at a position
-//!   becomes one frozen symbol that never merges. Every adjacent pair whose concatenation is in
-//!   the dictionary goes into a max-heap ordered by the piece's score, ties going to the
-//!   leftmost pair; stale entries are skipped when popped (lazy invalidation), and each merge
-//!   adds the two new pairs around the merged symbol. There is no split at whitespace: the
-//!   whole text is one sequence. Merged symbols that are UNUSED pieces are split again into
-//!   the two symbols they were last seen being built from (`rev_merge`), recursively.
-//! * `src/sentencepiece_processor.cc` (`PopulateSentencePieceText`): a symbol whose id is
-//!   `<unk>` becomes its UTF-8 bytes as `<0xXX>` pieces when `byte_fallback` is on; otherwise
-//!   a run of unknown symbols becomes one `<unk>`.
+//!   into characters, except that the longest USER_DEFINED piece starting at a symbol becomes
+//!   one frozen symbol that never merges. Every adjacent pair whose concatenation is in the
+//!   dictionary goes into a max-heap ordered by the piece's score, ties going to the leftmost
+//!   pair; stale entries are skipped when popped (lazy invalidation), and each merge adds the
+//!   two new pairs around the merged symbol. The scores compare in IEEE total order (the wheel
+//!   ranks `-0.0` below `0.0` and a NaN above `+inf`, where the sources compared floats).
+//!   Merged symbols that are UNUSED pieces are split again into the two symbols they were
+//!   built from (`rev_merge`), recursively.
+//! * `src/sentencepiece_processor.cc` (`PopulateSentencePieceText`): a symbol without a
+//!   dictionary piece is `<unk>`, and so (in the wheel) is a character whose piece is UNUSED or
+//!   CONTROL; it becomes its UTF-8 bytes as `<0xXX>` pieces when `byte_fallback` is on, else a
+//!   run of them becomes one `<unk>`.
 //!
-//! Unigram, word and char models, and models with a precompiled normalization charsmap, are
-//! refused with [`Error::Load`].
+//! Speed, with the same output: sentencepiece merges over the whole text at once. When no
+//! dictionary piece holds a `▁` right after another character (true of Llama 2's and Mistral's
+//! vocabularies), no merge can cross the start of a `▁` run, so the text is cut there into
+//! words that are encoded one by one: short words by scanning their few pairs, longer ones
+//! with the heap, and (with byte fallback) through a per-thread cache of word ids. Pairs of
+//! dictionary pieces are looked up by their two ids in a table built at load time, so the
+//! merge loop hashes integers instead of strings.
+//!
+//! Unigram, word and char models, models with a precompiled normalization charsmap, and
+//! byte-fallback models without an UNKNOWN piece (which the wheel accepts) are refused with
+//! [`Error::Load`].
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -185,17 +198,71 @@ fn has_space_after_other(piece: &[u8], space: &[u8]) -> bool {
 
 /// Source of [`SentencePieceBpe::cache_key`].
 static NEXT_CACHE_KEY: AtomicU64 = AtomicU64::new(0);
-/// Words longer than this many bytes are not cached.
-const CACHE_WORD_BYTES: usize = 64;
-/// Words a thread's cache holds for one model (about 80 bytes each).
+/// Words a thread's cache holds for one model (about 50 bytes each).
 const CACHE_WORDS: usize = 1 << 16;
 /// Spans up to this many bytes go through [`SentencePieceBpe::bpe_small`].
 const SMALL_SPAN: usize = 32;
 /// Models whose word caches a thread keeps.
 const CACHED_MODELS: usize = 4;
 
-/// Normalized words and their ids.
-type WordCache = HashMap<Box<[u8]>, Box<[u32]>, BuildHasherDefault<PieceHasher>>;
+/// A normalized word of at most 23 bytes: its bytes, zero-padded, with the length last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WordKey([u64; 3]);
+
+impl WordKey {
+    /// The key of `word`, or `None` when it is too long to cache.
+    #[inline]
+    fn new(word: &[u8]) -> Option<Self> {
+        if word.len() > 23 {
+            return None;
+        }
+        let mut b = [0u8; 24];
+        b[..word.len()].copy_from_slice(word);
+        b[23] = word.len() as u8;
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        Some(WordKey([word(0), word(1), word(2)]))
+    }
+}
+
+impl std::hash::Hash for WordKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0[0]);
+        state.write_u64(self.0[1]);
+        state.write_u64(self.0[2]);
+    }
+}
+
+/// Normalized words and their ids: the ids of all words in one buffer.
+#[derive(Default)]
+struct WordCache {
+    /// Word to (offset, count) in `ids`.
+    words: HashMap<WordKey, (u32, u32), BuildHasherDefault<IntHasher>>,
+    ids: Vec<u32>,
+}
+
+impl WordCache {
+    #[inline]
+    fn get(&self, key: WordKey) -> Option<&[u32]> {
+        let &(offset, count) = self.words.get(&key)?;
+        self.ids.get(offset as usize..(offset + count) as usize)
+    }
+
+    /// Remember the ids of a word; a full cache keeps what it has (the frequent words come
+    /// early).
+    fn insert(&mut self, key: WordKey, ids: &[u32]) {
+        if self.words.len() >= CACHE_WORDS || self.ids.len() + ids.len() > u32::MAX as usize {
+            return;
+        }
+        let offset = self.ids.len() as u32;
+        self.ids.extend_from_slice(ids);
+        self.words.insert(key, (offset, ids.len() as u32));
+    }
+}
 
 /// A piece of the merge dictionary (`pieces_` in `model_interface.cc`).
 #[derive(Debug, Clone, Copy)]
@@ -247,7 +314,8 @@ fn char_len(lead: u8) -> usize {
 /// A SentencePiece BPE model that encodes text exactly as the `sentencepiece` library does.
 ///
 /// Load it with [`SentencePieceBpe::from_file`] or [`SentencePieceBpe::from_bytes`]; it is
-/// immutable afterwards and can be shared between threads.
+/// immutable afterwards and can be shared between threads. Each thread that encodes keeps a
+/// cache of word ids for the last few models it used (at most 65,536 words, a few MB, each).
 pub struct SentencePieceBpe {
     /// Piece texts by id.
     pieces: Vec<Box<str>>,
@@ -397,19 +465,19 @@ impl SentencePieceBpe {
                 .map_err(|_| load_err(format!("piece {i} is not valid UTF-8")))?;
             // One text, one piece: sentencepiece 0.2.3 refuses a text that appears twice, even
             // with types that go to different maps.
-            if dict.contains_key(p.piece) || reserved.contains_key(p.piece) {
-                return Err(load_err(format!("{text:?} is already defined")));
-            }
-            if kind.in_dictionary() {
+            let duplicate = if kind.in_dictionary() {
                 let entry = DictEntry {
                     score: score_key(p.score),
                     id,
                 };
-                dict.insert(p.piece.into(), entry);
                 max_piece_len = max_piece_len.max(p.piece.len());
                 has_unused |= kind == PieceType::Unused;
+                dict.insert(p.piece.into(), entry).is_some() || reserved.contains_key(p.piece)
             } else {
-                reserved.insert(p.piece.into(), id);
+                reserved.insert(p.piece.into(), id).is_some() || dict.contains_key(p.piece)
+            };
+            if duplicate {
+                return Err(load_err(format!("{text:?} is already defined")));
             }
             match kind {
                 PieceType::UserDefined => {
@@ -437,7 +505,10 @@ impl SentencePieceBpe {
             pieces.push(Box::<str>::from(text));
             types.push(kind);
         }
-        let unk_id = unk_id.ok_or_else(|| load_err("unk is not defined"))?;
+        // sentencepiece 0.2.3 accepts a byte-fallback model without one (its `unk_id()` is then
+        // -1); this encoder's API always has an `<unk>` id, so it refuses such models.
+        let unk_id =
+            unk_id.ok_or_else(|| load_err("unk is not defined (no piece of type UNKNOWN)"))?;
         let byte_ids = if trainer.byte_fallback {
             if byte_ids.contains(&NO_ID) {
                 return Err(load_err(
@@ -462,6 +533,7 @@ impl SentencePieceBpe {
         let mut ascii_ids = [NO_ID; 128];
         let mut char_ids: HashMap<u32, u32, BuildHasherDefault<IntHasher>> = HashMap::default();
         let mut pairs: HashMap<u64, Merge, BuildHasherDefault<IntHasher>> = HashMap::default();
+        pairs.reserve(2 * dict.len());
         for (piece, entry) in &dict {
             if let Some(key) = char_key(piece) {
                 match piece[..] {
@@ -478,8 +550,10 @@ impl SentencePieceBpe {
             };
             let mut cut = char_len(piece[0]);
             while cut < piece.len() {
-                if let (Some(l), Some(r)) = (dict.get(&piece[..cut]), dict.get(&piece[cut..])) {
-                    pairs.insert(u64::from(l.id) << 32 | u64::from(r.id), merge);
+                if let Some(l) = dict.get(&piece[..cut]) {
+                    if let Some(r) = dict.get(&piece[cut..]) {
+                        pairs.insert(u64::from(l.id) << 32 | u64::from(r.id), merge);
+                    }
                 }
                 cut += char_len(piece[cut]);
             }
@@ -544,9 +618,8 @@ impl SentencePieceBpe {
         self.dict.get(piece).map_or(self.unk_id, |e| e.id)
     }
 
-    /// The id of `piece`, looked up as sentencepiece's `PieceToId` does (CONTROL, UNKNOWN and
-    /// BYTE pieces first, then the others), or `None` when no piece has this text (where
-    /// sentencepiece answers the `<unk>` id).
+    /// The id of the piece whose text is `piece` (of any type), or `None` when there is none
+    /// (where sentencepiece's `PieceToId` answers the `<unk>` id).
     pub fn piece_to_id(&self, piece: &str) -> Option<u32> {
         let piece = piece.as_bytes();
         if let Some(&id) = self.reserved.get(piece) {
@@ -629,6 +702,7 @@ impl SentencePieceBpe {
         } else {
             b" "
         };
+        let space_at = |p: usize| text[p] == space[0] && text[p..].starts_with(space);
         // With byte fallback the ids of a word do not depend on its neighbours (without it, a
         // run of unknown characters across words would be one `<unk>`), so words are cached.
         let use_cache = self.byte_ids.is_some();
@@ -637,38 +711,29 @@ impl SentencePieceBpe {
         } else {
             WordCache::default()
         };
-        let mut start = 0;
+        let n = text.len();
         let mut pos = 0;
-        let mut prev_space = false;
-        while pos <= text.len() {
-            let at_space = text[pos..].starts_with(space);
-            if pos == text.len() || (at_space && !prev_space && pos > start) {
-                let word = &text[start..pos];
-                if use_cache && word.len() <= CACHE_WORD_BYTES {
-                    if let Some(hit) = cache.get(word) {
+        while pos < n {
+            // A word: whitespace symbols, then other characters up to the next whitespace.
+            let start = pos;
+            while pos < n && space_at(pos) {
+                pos += space.len();
+            }
+            while pos < n && !space_at(pos) {
+                pos += char_len(text[pos]).min(n - pos);
+            }
+            let word = &text[start..pos];
+            match use_cache.then(|| WordKey::new(word)).flatten() {
+                Some(key) => {
+                    if let Some(hit) = cache.get(key) {
                         ids.extend_from_slice(hit);
                     } else {
                         let first = ids.len();
                         self.encode_span(word, scratch, &mut prev_unknown, ids);
-                        // A full cache keeps what it has (the frequent words come early).
-                        if cache.len() < CACHE_WORDS {
-                            cache.insert(word.into(), ids[first..].into());
-                        }
+                        cache.insert(key, &ids[first..]);
                     }
-                } else {
-                    self.encode_span(word, scratch, &mut prev_unknown, ids);
                 }
-                start = pos;
-                if pos == text.len() {
-                    break;
-                }
-            }
-            if at_space {
-                prev_space = true;
-                pos += space.len();
-            } else {
-                prev_space = false;
-                pos += char_len(text[pos]).min(text.len() - pos);
+                None => self.encode_span(word, scratch, &mut prev_unknown, ids),
             }
         }
         if use_cache {
@@ -987,10 +1052,7 @@ impl SentencePieceBpe {
     /// for the best score (the leftmost of equals), which picks the same merges in the same
     /// order.
     fn bpe_small(&self, text: &[u8], prev_unknown: &mut bool, ids: &mut Vec<u32>) {
-        let mut start = [0usize; SMALL_SPAN];
-        let mut len = [0usize; SMALL_SPAN];
-        let mut id = [NO_ID; SMALL_SPAN];
-        let mut frozen = [false; SMALL_SPAN];
+        let mut sym = [SmallSymbol::default(); SMALL_SPAN];
         let mut n = 0;
         let mut pos = 0;
         let has_user_defined = !self.user_defined.is_empty();
@@ -999,60 +1061,71 @@ impl SentencePieceBpe {
                 true => self.match_user_defined(&text[pos..]),
                 false => None,
             };
-            (id[n], len[n], frozen[n]) = match matched {
+            let (id, len, frozen) = match matched {
                 Some(l) => (self.symbol_id(&text[pos..pos + l]), l, true),
                 None => {
                     let (i, l) = self.char_id(&text[pos..]);
                     (i, l, false)
                 }
             };
-            start[n] = pos;
-            pos += len[n];
+            sym[n] = SmallSymbol {
+                start: pos as u8,
+                len: len as u8,
+                frozen,
+                id,
+            };
+            pos += len;
             n += 1;
         }
         // `best[i]`: the merge of symbols `i` and `i + 1`.
-        let pair = |i: usize, start: &[usize], len: &[usize], id: &[u32], frozen: &[bool]| {
-            if frozen[i] || frozen[i + 1] {
+        let pair = |l: SmallSymbol, r: SmallSymbol| {
+            if l.frozen || r.frozen {
                 return None;
             }
-            self.merge_of(text, start[i], id[i], len[i] + len[i + 1], id[i + 1])
+            let size = l.len as usize + r.len as usize;
+            self.merge_of(text, l.start as usize, l.id, size, r.id)
         };
         let mut best: [Option<Merge>; SMALL_SPAN] = [None; SMALL_SPAN];
-        for (i, b) in best.iter_mut().enumerate().take(n.saturating_sub(1)) {
-            *b = pair(i, &start, &len, &id, &frozen);
+        for i in 1..n {
+            best[i - 1] = pair(sym[i - 1], sym[i]);
         }
         loop {
             let mut top: Option<(usize, Merge)> = None;
-            for (i, m) in best.iter().enumerate().take(n.saturating_sub(1)) {
+            for (i, m) in best[..n.saturating_sub(1)].iter().enumerate() {
                 if let Some(m) = m {
-                    if top.map_or(true, |(_, t)| m.score > t.score) {
+                    if top.is_none_or(|(_, t)| m.score > t.score) {
                         top = Some((i, *m));
                     }
                 }
             }
             let Some((i, m)) = top else { break };
-            len[i] += len[i + 1];
-            id[i] = m.id;
-            start.copy_within(i + 2..n, i + 1);
-            len.copy_within(i + 2..n, i + 1);
-            id.copy_within(i + 2..n, i + 1);
-            frozen.copy_within(i + 2..n, i + 1);
-            if i + 2 < n {
-                best.copy_within(i + 2..n - 1, i + 1);
+            sym[i].len += sym[i + 1].len;
+            sym[i].id = m.id;
+            for k in i + 1..n - 1 {
+                sym[k] = sym[k + 1];
+            }
+            for k in i + 1..n.saturating_sub(2) {
+                best[k] = best[k + 1];
             }
             n -= 1;
             if i > 0 {
-                best[i - 1] = pair(i - 1, &start, &len, &id, &frozen);
+                best[i - 1] = pair(sym[i - 1], sym[i]);
             }
-            if i + 1 < n {
-                best[i] = pair(i, &start, &len, &id, &frozen);
+            best[i] = if i + 1 < n {
+                pair(sym[i], sym[i + 1])
             } else {
-                best[i] = None;
-            }
+                None
+            };
         }
-        for k in 0..n {
-            let piece_id = if id[k] != NO_ID { id[k] } else { self.unk_id };
-            self.emit(piece_id, &text[start[k]..start[k] + len[k]], prev_unknown, ids);
+        for s in &sym[..n] {
+            let piece_id = if s.id != NO_ID { s.id } else { self.unk_id };
+            let start = s.start as usize;
+            self.emit(
+                piece_id,
+                &text[start..start + s.len as usize],
+                prev_unknown,
+                ids,
+            );
         }
     }
 
@@ -1163,6 +1236,15 @@ struct Pair<I> {
     score: u32,
     left: Reverse<I>,
     size: I,
+    id: u32,
+}
+
+/// A symbol of [`SentencePieceBpe::bpe_small`] (offsets fit a byte there).
+#[derive(Debug, Clone, Copy, Default)]
+struct SmallSymbol {
+    start: u8,
+    len: u8,
+    frozen: bool,
     id: u32,
 }
 
@@ -1464,5 +1546,577 @@ mod proto {
             return Err("no pieces (is this a sentencepiece .model file?)".into());
         }
         Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NORMAL: i32 = 1;
+    const UNKNOWN: i32 = 2;
+    const CONTROL: i32 = 3;
+    const USER_DEFINED: i32 = 4;
+    const UNUSED: i32 = 5;
+    const BYTE: i32 = 6;
+
+    // A minimal protobuf writer for building models.
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
+        varint(out, (u64::from(field) << 3) | u64::from(wire));
+    }
+    fn len_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+        key(out, field, 2);
+        varint(out, bytes.len() as u64);
+        out.extend_from_slice(bytes);
+    }
+    fn varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
+        key(out, field, 0);
+        varint(out, v);
+    }
+
+    /// Settings of a test model.
+    #[derive(Clone)]
+    struct Spec {
+        pieces: Vec<(String, f32, i32)>,
+        byte_fallback: bool,
+        model_type: u64,
+        add_dummy_prefix: bool,
+        remove_extra_whitespaces: bool,
+        escape_whitespaces: bool,
+        treat_whitespace_as_suffix: bool,
+    }
+
+    impl Spec {
+        /// `<unk>`, `<s>`, `</s>`, the 256 byte pieces when `byte_fallback`, then `pieces`.
+        fn new(pieces: &[(&str, f32, i32)], byte_fallback: bool) -> Self {
+            let mut all = vec![
+                ("<unk>".to_string(), 0.0, UNKNOWN),
+                ("<s>".to_string(), 0.0, CONTROL),
+                ("</s>".to_string(), 0.0, CONTROL),
+            ];
+            if byte_fallback {
+                all.extend((0..256).map(|b| (format!("<0x{b:02X}>"), 0.0, BYTE)));
+            }
+            all.extend(pieces.iter().map(|&(p, s, t)| (p.to_string(), s, t)));
+            Spec {
+                pieces: all,
+                byte_fallback,
+                model_type: 2,
+                add_dummy_prefix: true,
+                remove_extra_whitespaces: false,
+                escape_whitespaces: true,
+                treat_whitespace_as_suffix: false,
+            }
+        }
+
+        fn bytes(&self) -> Vec<u8> {
+            let mut out = Vec::new();
+            for (piece, score, kind) in &self.pieces {
+                let mut p = Vec::new();
+                len_field(&mut p, 1, piece.as_bytes());
+                key(&mut p, 2, 5);
+                p.extend_from_slice(&score.to_bits().to_le_bytes());
+                varint_field(&mut p, 3, *kind as u64);
+                len_field(&mut out, 1, &p);
+            }
+            let mut t = Vec::new();
+            varint_field(&mut t, 3, self.model_type);
+            varint_field(&mut t, 24, u64::from(self.treat_whitespace_as_suffix));
+            varint_field(&mut t, 35, u64::from(self.byte_fallback));
+            len_field(&mut out, 2, &t);
+            let mut n = Vec::new();
+            len_field(&mut n, 1, b"identity");
+            varint_field(&mut n, 3, u64::from(self.add_dummy_prefix));
+            varint_field(&mut n, 4, u64::from(self.remove_extra_whitespaces));
+            varint_field(&mut n, 5, u64::from(self.escape_whitespaces));
+            len_field(&mut out, 3, &n);
+            out
+        }
+
+        fn load(&self) -> SentencePieceBpe {
+            match SentencePieceBpe::from_bytes(&self.bytes()) {
+                Ok(m) => m,
+                Err(e) => panic!("test model does not load: {e}"),
+            }
+        }
+
+        fn load_err(&self) -> String {
+            match SentencePieceBpe::from_bytes(&self.bytes()) {
+                Ok(_) => panic!("test model loads"),
+                Err(e) => e.to_string(),
+            }
+        }
+    }
+
+    fn pieces(m: &SentencePieceBpe, text: &str) -> Vec<String> {
+        let mut ids = Vec::new();
+        m.encode(text, &mut ids);
+        ids.iter()
+            .map(|&i| m.id_to_piece(i).unwrap_or("?").to_string())
+            .collect()
+    }
+
+    /// ▁ a b c, and `extra`.
+    fn abc(extra: &[(&str, f32, i32)], byte_fallback: bool) -> Spec {
+        let mut all = vec![
+            ("\u{2581}", -5.0, NORMAL),
+            ("a", -5.0, NORMAL),
+            ("b", -5.0, NORMAL),
+            ("c", -5.0, NORMAL),
+        ];
+        all.extend_from_slice(extra);
+        Spec::new(&all, byte_fallback)
+    }
+
+    #[test]
+    fn reader_decodes_and_skips_every_wire_type() {
+        let mut buf = Vec::new();
+        varint_field(&mut buf, 1, 300);
+        key(&mut buf, 2, 1);
+        buf.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        len_field(&mut buf, 3, b"xyz");
+        key(&mut buf, 4, 3); // group with a nested group
+        varint_field(&mut buf, 1, 5);
+        key(&mut buf, 2, 3);
+        key(&mut buf, 2, 4);
+        key(&mut buf, 4, 4);
+        key(&mut buf, 5, 5);
+        buf.extend_from_slice(&7u32.to_le_bytes());
+        let mut r = proto::Reader::new(&buf);
+        assert_eq!(r.key(), Ok((1, 0)));
+        assert_eq!(r.varint(), Ok(300));
+        for (field, wire) in [(2, 1), (3, 2), (4, 3)] {
+            assert_eq!(r.key(), Ok((field, wire)));
+            assert_eq!(r.skip(field, wire), Ok(()));
+        }
+        assert_eq!(r.key(), Ok((5, 5)));
+        assert_eq!(r.fixed32(), Ok(7));
+        assert!(r.done());
+    }
+
+    #[test]
+    fn reader_rejects_malformed_input() {
+        let bad: [&[u8]; 8] = [
+            &[0x80],             // truncated varint
+            &[0xff; 11],         // varint longer than 10 bytes
+            &[0x0e],             // wire type 6
+            &[0x00],             // field 0
+            &[0x0a, 0x05, b'a'], // length beyond the end
+            &[0x0b, 0x08, 0x01], // unterminated group
+            &[0x0b, 0x14],       // group closed by another field
+            &[0x0c],             // end of group without a start
+        ];
+        for bytes in bad {
+            let mut r = proto::Reader::new(bytes);
+            let result = r.key().and_then(|(f, w)| r.skip(f, w));
+            assert!(result.is_err(), "{bytes:?} was accepted");
+            assert!(SentencePieceBpe::from_bytes(bytes).is_err());
+        }
+        assert!(SentencePieceBpe::from_bytes(b"").is_err());
+    }
+
+    #[test]
+    fn parse_model_skips_unknown_fields_and_merges_messages() {
+        let mut out = Vec::new();
+        // A piece with unknown fields, a known field of the wrong wire type, an unknown enum.
+        let mut p = Vec::new();
+        varint_field(&mut p, 1, 7); // wrong wire type: skipped
+        len_field(&mut p, 1, b"<unk>");
+        varint_field(&mut p, 3, UNKNOWN as u64);
+        len_field(&mut p, 9, b"ignored");
+        key(&mut p, 2, 5);
+        p.extend_from_slice(&1.5f32.to_bits().to_le_bytes());
+        len_field(&mut out, 1, &p);
+        let mut p = Vec::new();
+        len_field(&mut p, 1, b"a");
+        varint_field(&mut p, 3, 99); // unknown enum value: stays NORMAL
+        len_field(&mut out, 1, &p);
+        varint_field(&mut out, 15, 1);
+        // The trainer spec in two parts: protobuf merges them.
+        let mut t = Vec::new();
+        varint_field(&mut t, 3, 2);
+        len_field(&mut t, 1, b"some input");
+        len_field(&mut out, 2, &t);
+        let mut t = Vec::new();
+        varint_field(&mut t, 24, 1);
+        varint_field(&mut t, 3, 77); // unknown model type: keeps BPE
+        len_field(&mut t, 46, b"a");
+        len_field(&mut out, 2, &t);
+        key(&mut out, 200, 1);
+        out.extend_from_slice(&[0; 8]);
+
+        let model = match proto::parse_model(&out) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(model.pieces.len(), 2);
+        assert_eq!(model.pieces[0].piece, b"<unk>");
+        assert_eq!(model.pieces[0].score, 1.5);
+        assert_eq!(model.pieces[0].kind, PieceType::Unknown);
+        assert_eq!(model.pieces[1].kind, PieceType::Normal);
+        assert_eq!(model.trainer.model_type, 2);
+        assert!(model.trainer.treat_whitespace_as_suffix);
+        assert!(!model.trainer.byte_fallback);
+        assert_eq!(model.trainer.bos_piece, Some(&b"a"[..]));
+        // The NormalizerSpec defaults.
+        assert!(model.normalizer.add_dummy_prefix);
+        assert!(model.normalizer.remove_extra_whitespaces);
+        assert!(model.normalizer.escape_whitespaces);
+
+        let m = match SentencePieceBpe::from_bytes(&out) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(m.vocab_size(), 2);
+        assert_eq!(m.unk_id(), 0);
+        assert_eq!(m.bos_id(), None); // "a" is not a CONTROL piece
+        assert_eq!(m.eos_id(), None);
+    }
+
+    #[test]
+    fn accessors() {
+        let m = abc(&[("ab", -1.0, NORMAL)], true).load();
+        assert_eq!(m.vocab_size(), 3 + 256 + 5);
+        assert_eq!((m.unk_id(), m.bos_id(), m.eos_id()), (0, Some(1), Some(2)));
+        assert_eq!(m.piece_to_id("<s>"), Some(1));
+        assert_eq!(m.piece_to_id("<0x41>"), Some(3 + 0x41));
+        assert_eq!(m.piece_to_id("ab"), Some(3 + 256 + 4));
+        assert_eq!(m.piece_to_id("abc"), None);
+        assert_eq!(m.id_to_piece(3 + 256), Some("\u{2581}"));
+        assert_eq!(m.id_to_piece(100_000), None);
+        assert!(m.is_control(1) && m.is_control(2));
+        assert!(!m.is_control(0) && !m.is_control(3) && !m.is_control(100_000));
+    }
+
+    #[test]
+    fn best_score_first_and_ties_to_the_leftmost_pair() {
+        let tie = abc(&[("ab", -1.0, NORMAL), ("bc", -1.0, NORMAL)], true).load();
+        assert_eq!(pieces(&tie, "abc"), ["\u{2581}", "ab", "c"]);
+        let right = abc(&[("ab", -1.0, NORMAL), ("bc", -0.5, NORMAL)], true).load();
+        assert_eq!(pieces(&right, "abc"), ["\u{2581}", "a", "bc"]);
+        let chain = abc(
+            &[
+                ("ab", -1.0, NORMAL),
+                ("bc", -2.0, NORMAL),
+                ("abc", -3.0, NORMAL),
+            ],
+            true,
+        )
+        .load();
+        assert_eq!(
+            pieces(&chain, "abc abc"),
+            ["\u{2581}", "abc", "\u{2581}", "abc"]
+        );
+        // sentencepiece 0.2.3 orders scores as IEEE total order: -0.0 < 0.0 < +inf < NaN.
+        let zeros = abc(&[("ab", -0.0, NORMAL), ("bc", 0.0, NORMAL)], true).load();
+        assert_eq!(pieces(&zeros, "abc"), ["\u{2581}", "a", "bc"]);
+        let nan = abc(
+            &[("ab", f32::NAN, NORMAL), ("bc", f32::INFINITY, NORMAL)],
+            true,
+        )
+        .load();
+        assert_eq!(pieces(&nan, "abc"), ["\u{2581}", "ab", "c"]);
+        let neg_nan = abc(
+            &[("ab", -f32::NAN, NORMAL), ("bc", f32::NEG_INFINITY, NORMAL)],
+            true,
+        )
+        .load();
+        assert_eq!(pieces(&neg_nan, "abc"), ["\u{2581}", "a", "bc"]);
+    }
+
+    #[test]
+    fn byte_fallback_and_unknown_runs() {
+        let m = abc(&[("ab", -1.0, NORMAL)], true).load();
+        let mut ids = Vec::new();
+        m.encode("a\u{1F600}", &mut ids);
+        let bytes: Vec<u32> = [0xF0, 0x9F, 0x98, 0x80].iter().map(|b| 3 + b).collect();
+        assert_eq!(ids[..2], [3 + 256, 3 + 256 + 1]);
+        assert_eq!(ids[2..], bytes[..]);
+
+        let m = abc(&[], false).load();
+        let mut ids = Vec::new();
+        m.encode("\u{1F600}\u{1F600}x a\u{1F600}", &mut ids);
+        // ▁ <unk>(😀😀x) ▁ a <unk>(😀)
+        assert_eq!(ids, [3, 0, 3, 4, 0]);
+    }
+
+    #[test]
+    fn user_defined_pieces_are_matched_whole_and_never_merged() {
+        let m = abc(
+            &[
+                ("ab", -1.0, NORMAL),
+                ("\u{2581}a", -0.5, NORMAL),
+                ("abc", 0.0, USER_DEFINED),
+                ("bca", 0.0, USER_DEFINED),
+                ("bc", 0.0, USER_DEFINED),
+            ],
+            true,
+        )
+        .load();
+        assert_eq!(pieces(&m, "abcb"), ["\u{2581}", "abc", "b"]);
+        // Longest match at each symbol, left to right: "abc" wins over the later "bca".
+        assert_eq!(pieces(&m, "aabca"), ["\u{2581}a", "abc", "a"]);
+        assert_eq!(
+            pieces(&m, "bcb ab"),
+            ["\u{2581}", "bc", "b", "\u{2581}a", "b"]
+        );
+    }
+
+    #[test]
+    fn unused_pieces_are_split_again() {
+        let m = abc(
+            &[
+                ("ab", -1.0, NORMAL),
+                ("abc", -0.5, UNUSED),
+                ("abca", -0.1, NORMAL),
+                ("cc", -2.0, UNUSED),
+            ],
+            true,
+        )
+        .load();
+        assert_eq!(pieces(&m, "abc"), ["\u{2581}", "ab", "c"]);
+        assert_eq!(pieces(&m, "abca"), ["\u{2581}", "abca"]);
+        // "cc" is never merged into: its halves are characters, UNUSED or not.
+        assert_eq!(pieces(&m, "cc"), ["\u{2581}", "c", "c"]);
+
+        // A character whose piece is UNUSED (or CONTROL) counts as unknown.
+        let m = abc(
+            &[
+                ("ab", -1.0, NORMAL),
+                ("e", -5.0, UNUSED),
+                ("x", -5.0, CONTROL),
+            ],
+            true,
+        )
+        .load();
+        assert_eq!(pieces(&m, "e"), ["\u{2581}", "<0x65>"]);
+        assert_eq!(pieces(&m, "x"), ["\u{2581}", "<0x78>"]);
+        let m = abc(&[("e", -5.0, UNUSED), ("ee", -1.0, NORMAL)], false).load();
+        assert_eq!(pieces(&m, "eee\u{1F600}"), ["\u{2581}", "ee", "<unk>"]);
+    }
+
+    #[test]
+    fn pieces_with_characters_outside_the_vocabulary_still_merge() {
+        let m = abc(
+            &[
+                ("a\u{2603}", 1.0, NORMAL),
+                ("\u{2603}\u{2603}", 2.0, NORMAL),
+            ],
+            true,
+        )
+        .load();
+        assert_eq!(
+            pieces(&m, "a\u{2603}\u{2603}"),
+            ["\u{2581}", "a", "\u{2603}\u{2603}"]
+        );
+        assert_eq!(pieces(&m, "a\u{2603}"), ["\u{2581}", "a\u{2603}"]);
+    }
+
+    fn normalized(spec: &Spec, text: &str) -> String {
+        let mut out = Vec::new();
+        spec.load().normalize(text, &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[test]
+    fn normalizer_options() {
+        let mut spec = abc(&[], true);
+        assert_eq!(normalized(&spec, ""), "");
+        assert_eq!(normalized(&spec, " a  b\t"), "▁▁a▁▁b\t");
+        spec.remove_extra_whitespaces = true;
+        assert_eq!(normalized(&spec, "  a  b  "), "▁a▁b");
+        assert_eq!(normalized(&spec, "   "), "");
+        assert_eq!(normalized(&spec, "▁"), "");
+        assert_eq!(normalized(&spec, "a\u{3000} b"), "▁a\u{3000}▁b");
+        spec.add_dummy_prefix = false;
+        assert_eq!(normalized(&spec, " a b "), "a▁b");
+        spec.remove_extra_whitespaces = false;
+        spec.escape_whitespaces = false;
+        assert_eq!(normalized(&spec, " a b"), " a b");
+        spec.escape_whitespaces = true;
+        spec.add_dummy_prefix = true;
+        spec.treat_whitespace_as_suffix = true;
+        assert_eq!(normalized(&spec, "a b"), "a▁b▁");
+    }
+
+    #[test]
+    fn load_errors() {
+        let err = |spec: Spec, words: &str| {
+            let msg = spec.load_err();
+            assert!(msg.contains(words), "{msg:?} does not say {words:?}");
+        };
+        let mut unigram = abc(&[], true);
+        unigram.model_type = 1;
+        err(unigram, "UNIGRAM");
+        err(abc(&[("a", 0.0, NORMAL)], true), "already defined");
+        err(abc(&[("\u{2581}", 0.0, CONTROL)], true), "already defined");
+        err(
+            abc(&[("<unk2>", 0.0, UNKNOWN)], true),
+            "unk is already defined",
+        );
+        err(abc(&[("", 0.0, NORMAL)], true), "empty");
+        err(abc(&[("a\0", 0.0, NORMAL)], true), "NUL");
+        err(abc(&[("\0", 0.0, NORMAL)], false), "NUL");
+        err(abc(&[("<0x41>", 0.0, BYTE)], false), "byte_fallback");
+        err(abc(&[("<0x4g>", 0.0, BYTE)], true), "invalid");
+        err(abc(&[(&"x".repeat(8000), 0.0, NORMAL)], true), "too long");
+        let mut no_unk = abc(&[], true);
+        no_unk.pieces[0].2 = CONTROL;
+        err(no_unk, "unk is not defined");
+        let mut missing_byte = abc(&[], true);
+        missing_byte.pieces[3 + 0x41].2 = NORMAL;
+        err(missing_byte, "256 byte pieces");
+        let mut charsmap = abc(&[], true).bytes();
+        let mut n = Vec::new();
+        len_field(&mut n, 2, b"\x00\x00\x00\x00");
+        len_field(&mut charsmap, 3, &n);
+        match SentencePieceBpe::from_bytes(&charsmap) {
+            Err(e) => assert!(e.to_string().contains("charsmap")),
+            Ok(_) => panic!("a charsmap was accepted"),
+        }
+        // A piece that is exactly "\0" is kept as UNUSED when byte fallback is on.
+        let m = abc(&[("\0", 0.0, NORMAL)], true).load();
+        assert_eq!(pieces(&m, "a\0"), ["\u{2581}", "a", "<0x00>"]);
+        assert!(matches!(
+            SentencePieceBpe::from_file("/nonexistent/sentencepiece.model"),
+            Err(Error::Load(_))
+        ));
+    }
+
+    /// A small deterministic generator (xorshift).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    const ALPHABET: [&str; 6] = ["a", "b", "c", "\u{2581}", "\u{e9}", "x"];
+
+    /// A random model over ALPHABET, with some ties, UNUSED and USER_DEFINED pieces.
+    fn random_spec(rng: &mut Rng, byte_fallback: bool, unused: bool, splittable: bool) -> Spec {
+        let mut seen = HashSet::<String>::new();
+        let mut extra = Vec::new();
+        for _ in 0..60 {
+            let len = 1 + rng.below(4);
+            let piece: String = (0..len)
+                .map(|_| ALPHABET[rng.below(ALPHABET.len() - 1)])
+                .collect();
+            if !seen.insert(piece.clone())
+                || (splittable && has_space_after_other(piece.as_bytes(), SPACE_SYMBOL))
+            {
+                continue;
+            }
+            let score = [-0.0, 0.0, -1.0, -2.0, -(rng.below(100) as f32) / 7.0][rng.below(5)];
+            let kind = match rng.below(20) {
+                0 if len > 1 => USER_DEFINED,
+                1 | 2 if unused => UNUSED,
+                _ => NORMAL,
+            };
+            extra.push((piece, score, kind));
+        }
+        let refs: Vec<(&str, f32, i32)> =
+            extra.iter().map(|(p, s, k)| (p.as_str(), *s, *k)).collect();
+        Spec::new(&refs, byte_fallback)
+    }
+
+    fn random_text(rng: &mut Rng, max: usize) -> String {
+        let n = rng.below(max + 1);
+        (0..n)
+            .map(|_| [" ", "a", "b", "c", "\u{2581}", "\u{e9}", "x", "ab"][rng.below(8)])
+            .collect()
+    }
+
+    /// The heap loop over the whole normalized text, without word splitting or caches.
+    fn reference_ids(m: &SentencePieceBpe, text: &str, wide: bool) -> Vec<u32> {
+        let mut normalized = Vec::new();
+        m.normalize(text, &mut normalized);
+        let mut ids = Vec::new();
+        let mut prev_unknown = false;
+        if wide {
+            m.bpe::<usize>(
+                &normalized,
+                &mut Vec::new(),
+                &mut Vec::new(),
+                &mut prev_unknown,
+                &mut ids,
+            );
+        } else {
+            m.bpe::<u32>(
+                &normalized,
+                &mut Vec::new(),
+                &mut Vec::new(),
+                &mut prev_unknown,
+                &mut ids,
+            );
+        }
+        ids
+    }
+
+    #[test]
+    fn fast_paths_agree_with_the_heap_loop() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut splits = 0;
+        for round in 0..300 {
+            let spec = random_spec(&mut rng, round % 3 != 0, round % 4 == 0, round % 2 == 0);
+            let m = spec.load();
+            splits += usize::from(m.split_words);
+            for _ in 0..20 {
+                let text = random_text(&mut rng, if round % 5 == 0 { 80 } else { 12 });
+                let mut ids = Vec::new();
+                m.encode(&text, &mut ids);
+                assert_eq!(
+                    ids,
+                    reference_ids(&m, &text, false),
+                    "{text:?}, round {round}"
+                );
+                assert_eq!(
+                    ids,
+                    reference_ids(&m, &text, true),
+                    "{text:?}, round {round}"
+                );
+                // Twice: the second time through the word cache.
+                let mut again = Vec::new();
+                m.encode(&text, &mut again);
+                assert_eq!(ids, again);
+            }
+        }
+        assert!(splits > 50, "only {splits} models were split into words");
+    }
+
+    #[test]
+    fn odd_inputs_do_not_panic() {
+        let m = abc(&[("ab", -1.0, NORMAL), ("ab", -1.0, NORMAL)][..1], true).load();
+        let long_a = "a".repeat(20_000);
+        let mixed = "ab \u{3000}\u{1F600}".repeat(3_000);
+        for text in [
+            "",
+            " ",
+            "\u{2581}",
+            "\0",
+            "\u{10FFFF}",
+            "\u{FFFF}",
+            "\r\n\t",
+            long_a.as_str(),
+            mixed.as_str(),
+        ] {
+            let mut ids = Vec::new();
+            m.encode(text, &mut ids);
+            assert_eq!(ids, reference_ids(&m, text, false));
+            assert_eq!(text.is_empty(), ids.is_empty());
+        }
     }
 }
