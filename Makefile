@@ -40,11 +40,11 @@ test-python: develop
 bench-quick: develop
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
 
-## Every conversation of the corpus and many more random cases (takes ~15 minutes).
+## Every conversation of the corpus and many more random cases, on both routes (takes ~30 minutes).
 conformance-full: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
-	  $(PY) -m pytest tests/test_conformance.py tests/test_edge_cases.py tests/test_properties.py -q
+	  $(PY) -m pytest tests/test_conformance.py tests/test_edge_cases.py tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py -q -s
 
 ## Full benchmarks; writes the ratios into BENCHMARKS.md.
 bench: develop
