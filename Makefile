@@ -40,7 +40,7 @@ test-python: develop
 bench-quick: develop
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
 
-## Every conversation of the corpus and many more random cases, on both routes (takes ~30 minutes).
+## Every conversation of the corpus and many more random cases, on both routes (about an hour on 2 cores).
 conformance-full: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \

@@ -53,7 +53,7 @@ def _indices(spec: str) -> list[int]:
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
-    enc = Encoder.from_pretrained(args.model, format=args.format)
+    enc = Encoder.from_pretrained(args.model, format=args.format, reference=args.reference)
     convs = _read_conversations(args.input)
     kwargs = _template_kwargs(args)
     options = dict(add_generation_prompt=args.add_generation_prompt, sanitize_control_tokens=not args.no_sanitize)
@@ -95,7 +95,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    enc = Encoder.from_pretrained(args.model, format=args.format)
+    enc = Encoder.from_pretrained(args.model, format=args.format, reference=args.reference)
     for i, conv in enumerate(_read_conversations(args.input)):
         try:
             text = enc.render(conv, add_generation_prompt=args.add_generation_prompt, **_template_kwargs(args))
@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("input", help="JSONL file, one conversation per line")
         s.add_argument("--model", required=True, help="checkpoint directory (tokenizer.json + tokenizer_config.json)")
         s.add_argument("--format", help="force a native format instead of recognising the template")
+        s.add_argument(
+            "--reference",
+            choices=["transformers", "mistral-common"],
+            help="which reference to reproduce (default: mistral-common where the checkpoint ships its files)",
+        )
         s.add_argument("--add-generation-prompt", action="store_true")
         s.add_argument("--date-string", help="date_string for Llama 3.1/3.2")
         s.add_argument("--template-arg", action="append", metavar="KEY=VALUE", help="other template argument")

@@ -5,6 +5,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 __version__: str
+FORMATS: list[str]
+MISTRAL_COMMON_FORMATS: list[str]
 
 class ChatTemplateError(ValueError):
     """A conversation breaks a rule of the chat format; names the message index and rule."""

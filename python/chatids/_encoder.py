@@ -11,33 +11,10 @@ import numpy as np
 
 from . import _core
 
-#: The native formats, by name.
-FORMATS = (
-    "llama-3",
-    "llama-3.1",
-    "llama-3.2",
-    "chatml",
-    "qwen2",
-    "qwen2.5",
-    "qwen3",
-    "llama-2",
-    "mistral-v1",
-    "mistral-v3",
-    "mistral-v3-tekken",
-    "mistral-v7",
-    "mistral-v7-tekken",
-    "gemma",
-    "gemma-3",
-)
+#: The native formats of the transformers route, by name.
+FORMATS: tuple[str, ...] = tuple(_core.FORMATS)
 #: The mistral-common route's formats (chosen by the checkpoint's mistral-common file).
-MISTRAL_COMMON_FORMATS = (
-    "mistral-common-v1",
-    "mistral-common-v2",
-    "mistral-common-v3",
-    "mistral-common-v7",
-    "mistral-common-v3-tekken",
-    "mistral-common-v7-tekken",
-)
+MISTRAL_COMMON_FORMATS: tuple[str, ...] = tuple(_core.MISTRAL_COMMON_FORMATS)
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]

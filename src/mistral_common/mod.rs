@@ -31,6 +31,16 @@ use crate::text::sentencepiece::SentencePieceBpe;
 use crate::text::tekken::Tekken;
 use request::{Request, Role};
 
+/// The names of the mistral-common route's formats (see [`MistralCommon::name`]).
+pub const FORMAT_NAMES: &[&str] = &[
+    "mistral-common-v1",
+    "mistral-common-v2",
+    "mistral-common-v3",
+    "mistral-common-v7",
+    "mistral-common-v3-tekken",
+    "mistral-common-v7-tekken",
+];
+
 /// mistral-common's instruct tokenizer versions chatids implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -150,6 +160,12 @@ impl MistralCommon {
                 )))
             }
         };
+        if matches!(raw, RawTokenizer::Tekken(_)) && matches!(version, Version::V1 | Version::V2) {
+            return Err(Error::Load(format!(
+                "{}: a tekken file declaring {version_str} is not something mistral-common ships",
+                file.display()
+            )));
+        }
         let special = |text: &str| {
             raw.special(text)
                 .ok_or_else(|| Error::Load(format!("{}: no special token {text}", file.display())))
@@ -200,16 +216,15 @@ impl MistralCommon {
         })
     }
 
-    /// The route's name, e.g. `"mistral-common-v3-tekken"`.
+    /// The route's name, e.g. `"mistral-common-v3-tekken"` (one of [`FORMAT_NAMES`]; tekken
+    /// files only come as v3 and later).
     pub fn name(&self) -> &'static str {
         let tekken = matches!(self.raw, RawTokenizer::Tekken(_));
         match (self.version, tekken) {
-            (Version::V1, false) => "mistral-common-v1",
-            (Version::V2, false) => "mistral-common-v2",
+            (Version::V1, _) => "mistral-common-v1",
+            (Version::V2, _) => "mistral-common-v2",
             (Version::V3, false) => "mistral-common-v3",
             (Version::V7, false) => "mistral-common-v7",
-            (Version::V1, true) => "mistral-common-v1-tekken",
-            (Version::V2, true) => "mistral-common-v2-tekken",
             (Version::V3, true) => "mistral-common-v3-tekken",
             (Version::V7, true) => "mistral-common-v7-tekken",
         }
