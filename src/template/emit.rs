@@ -1,0 +1,649 @@
+//! jinja2 AST -> MiniJinja source.
+//!
+//! The output is fully parenthesized MiniJinja with no whitespace control (the lexer already
+//! applied jinja2's), so MiniJinja's own grammar and whitespace rules never decide anything.
+//! Operations whose MiniJinja semantics differ from Python's are routed through helper filters
+//! (`__cj_*`, see [`super::ops`]): `~`, `/`, `//`, `%`, ordering comparisons, `in`, slices,
+//! tuples, loop iterables, and attribute/item lookups that would find a Python method.
+
+use super::filters::{FILTER_NAMES, UNSUPPORTED_FILTERS};
+use super::methods::is_method_name;
+use super::parser::{Args, BinOp, CmpOp, Const, Expr, Stmt, Target};
+use super::predicates::{TEST_NAMES, UNSUPPORTED_TESTS};
+
+/// The result of translating a template.
+pub struct Emitted {
+    pub source: String,
+    pub reads_clock: bool,
+}
+
+struct Emitter {
+    out: String,
+    line: usize,
+    reads_clock: bool,
+    markup_add: bool,
+    /// jinja2's "soft frame" (inside `{% if %}` or an inline if): an unknown filter or test
+    /// fails when it runs instead of at compile time.
+    soft: bool,
+    /// Inside a macro or call block body, where jinja2 gives `varargs` and `kwargs` meaning.
+    in_macro: usize,
+    /// Inside a loop, macro or other inner frame.
+    scoped: usize,
+    /// The frames around the current statement.
+    frames: Vec<Frame>,
+}
+
+/// What encloses a statement, for `break` and `continue`.
+#[derive(Clone, Copy)]
+enum Frame {
+    Loop,
+    /// A macro, call block, `generation` or block body.
+    Function,
+    /// A `with`, `set` or `filter` block.
+    Inline,
+}
+
+/// Translate parsed statements; `markup_add` routes `+` through Python's `Markup` rules
+/// (set when the template uses `safe`/`escape`, the only sources of `Markup`).
+pub fn emit(stmts: &[Stmt], markup_add: bool) -> Result<Emitted, String> {
+    let mut e = Emitter {
+        out: String::new(),
+        line: 1,
+        reads_clock: false,
+        markup_add,
+        soft: false,
+        in_macro: 0,
+        scoped: 0,
+        frames: Vec::new(),
+    };
+    e.stmts(stmts)?;
+    Ok(Emitted {
+        source: e.out,
+        reads_clock: e.reads_clock,
+    })
+}
+
+/// A MiniJinja string literal holding `s`.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7F => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl Emitter {
+    fn push(&mut self, s: &str) {
+        self.line += s.matches('\n').count();
+        self.out.push_str(s);
+    }
+
+    /// Open a tag (`{%` or `{{`), padding it with newlines so errors name the source line.
+    fn open(&mut self, delim: &str, line: usize) {
+        self.out.push_str(delim);
+        while self.line < line {
+            self.out.push('\n');
+            self.line += 1;
+        }
+        self.out.push(' ');
+    }
+
+    fn tag(&mut self, line: usize, body: &str) {
+        self.open("{%", line);
+        self.push(body);
+        self.out.push_str(" %}");
+    }
+
+    /// Run `f` with the soft flag set to `soft`.
+    fn with_soft<T>(
+        &mut self,
+        soft: bool,
+        f: impl FnOnce(&mut Self) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let saved = std::mem::replace(&mut self.soft, soft);
+        let rv = f(self);
+        self.soft = saved;
+        rv
+    }
+
+    /// Statements in a new (not soft) frame: loop, macro, call, filter, with and set blocks.
+    fn inner_stmts(&mut self, stmts: &[Stmt], frame: Frame) -> Result<(), String> {
+        self.scoped += 1;
+        self.frames.push(frame);
+        let rv = self.with_soft(false, |e| e.stmts(stmts));
+        self.frames.pop();
+        self.scoped -= 1;
+        rv
+    }
+
+    /// `{% break %}` / `{% continue %}`: jinja2 compiles them to Python's, so they must be in a
+    /// loop of the same function (macros, call blocks and `generation` are functions).
+    fn loop_control(&mut self, what: &str, line: usize) -> Result<(), String> {
+        // Only the innermost frame matters: a loop takes it, a function ends the search.
+        match self.frames.last() {
+            Some(Frame::Loop) => {
+                self.tag(line, what);
+                Ok(())
+            }
+            // MiniJinja cannot leave a `with`/`set`/`filter` block this way.
+            Some(Frame::Inline) => Err(format!(
+                "'{what}' inside with, set or filter blocks is not supported"
+            )),
+            Some(Frame::Function) | None => Err(format!("'{what}' outside loop (line {line})")),
+        }
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), String> {
+        for s in stmts {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), String> {
+        match s {
+            Stmt::Data(d) => {
+                if d.contains("{{") || d.contains("{%") || d.contains("{#") || d.ends_with('{') {
+                    self.out.push_str("{{ ");
+                    self.out.push_str(&quote(d));
+                    self.out.push_str(" }}");
+                } else {
+                    self.push(d);
+                }
+            }
+            Stmt::Output(exprs, line) => {
+                for e in exprs {
+                    let code = self.expr(e)?;
+                    self.open("{{", *line);
+                    self.push(&code);
+                    self.out.push_str(" }}");
+                }
+            }
+            Stmt::For {
+                target,
+                iter,
+                filter,
+                recursive,
+                body,
+                else_,
+                line,
+            } => {
+                let mut head = format!(
+                    "for {} in {}|__cj_iter",
+                    target_code(target)?,
+                    self.atom(iter)?
+                );
+                if let Some(f) = filter {
+                    head.push_str(" if ");
+                    head.push_str(&self.with_soft(false, |e| e.expr(f))?);
+                }
+                if *recursive {
+                    head.push_str(" recursive");
+                }
+                self.tag(*line, &head);
+                self.inner_stmts(body, Frame::Loop)?;
+                if !else_.is_empty() {
+                    self.tag(0, "else");
+                    self.stmts(else_)?;
+                }
+                self.tag(0, "endfor");
+            }
+            Stmt::If { branches, else_ } => self.with_soft(true, |e| {
+                for (i, (test, body, line)) in branches.iter().enumerate() {
+                    let code = e.expr(test)?;
+                    e.tag(
+                        *line,
+                        &format!("{} {code}", if i == 0 { "if" } else { "elif" }),
+                    );
+                    e.stmts(body)?;
+                }
+                if !else_.is_empty() {
+                    e.tag(0, "else");
+                    e.stmts(else_)?;
+                }
+                e.tag(0, "endif");
+                Ok(())
+            })?,
+            Stmt::Set(target, value, line) => {
+                if let Target::NsRef(_, attr) = target {
+                    if attr.starts_with('_') {
+                        return self.fail_stmt(
+                            &format!("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{attr}'."),
+                            *line,
+                        );
+                    }
+                }
+                let code = format!("set {} = {}", target_code(target)?, self.expr(value)?);
+                self.tag(*line, &code);
+            }
+            Stmt::SetBlock(target, filter, body, line) => {
+                let mut head = format!("set {}", target_code(target)?);
+                if let Some(f) = filter {
+                    head.push_str(&self.with_soft(false, |e| e.filter_chain(f))?);
+                }
+                self.tag(*line, &head);
+                self.inner_stmts(body, Frame::Inline)?;
+                self.tag(0, "endset");
+            }
+            Stmt::Macro {
+                name,
+                params,
+                body,
+                line,
+            } => {
+                let sig = self.with_soft(false, |e| e.signature(params))?;
+                self.tag(*line, &format!("macro {name}({sig})"));
+                self.in_macro += 1;
+                self.inner_stmts(body, Frame::Function)?;
+                self.in_macro -= 1;
+                self.tag(0, "endmacro");
+            }
+            Stmt::CallBlock {
+                params,
+                call,
+                body,
+                line,
+            } => {
+                let sig = self.with_soft(false, |e| e.signature(params))?;
+                let call = self.expr(call)?;
+                let call = call
+                    .strip_prefix('(')
+                    .and_then(|c| c.strip_suffix(')'))
+                    .unwrap_or(&call)
+                    .to_string();
+                self.tag(*line, &format!("call({sig}) {call}"));
+                self.in_macro += 1;
+                self.inner_stmts(body, Frame::Function)?;
+                self.in_macro -= 1;
+                self.tag(0, "endcall");
+            }
+            Stmt::FilterBlock(filter, body, line) => {
+                let chain = self.with_soft(false, |e| e.filter_chain(filter))?;
+                self.tag(
+                    *line,
+                    &format!("filter {}", chain.trim_start_matches(['|', ' '])),
+                );
+                self.inner_stmts(body, Frame::Inline)?;
+                self.tag(0, "endfilter");
+            }
+            Stmt::With(assignments, body, line) => {
+                let mut parts = Vec::new();
+                for (t, v) in assignments {
+                    parts.push(format!("{} = {}", target_code(t)?, self.expr(v)?));
+                }
+                self.tag(*line, &format!("with {}", parts.join(", ")));
+                self.inner_stmts(body, Frame::Inline)?;
+                self.tag(0, "endwith");
+            }
+            Stmt::Block(name, body, line) => {
+                if self.scoped > 0 {
+                    // jinja2 renders such a block without the enclosing frame's variables.
+                    return Err(
+                        "blocks inside loops, macros or other blocks are not supported".into(),
+                    );
+                }
+                self.tag(*line, &format!("block {name}"));
+                self.inner_stmts(body, Frame::Function)?;
+                self.tag(0, "endblock");
+            }
+            Stmt::Generation(body, line) => {
+                // jinja2 renders the body as a caller macro: a scope of its own, output unchanged.
+                self.tag(*line, "with");
+                self.inner_stmts(body, Frame::Function)?;
+                self.tag(0, "endwith");
+            }
+            Stmt::Break(line) => self.loop_control("break", *line)?,
+            Stmt::Continue(line) => self.loop_control("continue", *line)?,
+            Stmt::Fail(msg, line) => self.fail_stmt(msg, *line)?,
+        }
+        Ok(())
+    }
+
+    fn fail_stmt(&mut self, msg: &str, line: usize) -> Result<(), String> {
+        self.open("{{", line);
+        self.push(&format!("none|__cj_fail({})", quote(msg)));
+        self.out.push_str(" }}");
+        Ok(())
+    }
+
+    fn signature(&mut self, params: &[(String, Option<Expr>)]) -> Result<String, String> {
+        let mut parts = Vec::new();
+        for (name, default) in params {
+            match default {
+                Some(d) => parts.push(format!("{name}={}", self.expr(d)?)),
+                None => parts.push(name.clone()),
+            }
+        }
+        Ok(parts.join(", "))
+    }
+
+    /// A filter chain without its head value: `|f(a)|g`.
+    fn filter_chain(&mut self, e: &Expr) -> Result<String, String> {
+        match e {
+            Expr::Filter(base, name, args) => {
+                let mut out = match base {
+                    Some(b) => self.filter_chain(b)?,
+                    None => String::new(),
+                };
+                out.push_str(&format!("|{}", self.filter_call(name, args)?));
+                Ok(out)
+            }
+            _ => Err("invalid filter chain".into()),
+        }
+    }
+
+    fn filter_call(&mut self, name: &str, args: &Args) -> Result<String, String> {
+        if UNSUPPORTED_FILTERS.contains(&name) {
+            return Ok(format!(
+                "__cj_fail({})",
+                quote(&format!("the '{name}' filter is not supported by chatids"))
+            ));
+        }
+        if !FILTER_NAMES.contains(&name) {
+            if self.soft {
+                return Ok(format!(
+                    "__cj_fail({})",
+                    quote(&format!("No filter named '{name}'."))
+                ));
+            }
+            return Err(format!("No filter named '{name}'."));
+        }
+        if args.args.is_empty() && args.kwargs.is_empty() && !args.dynamic {
+            Ok(name.to_string())
+        } else {
+            Ok(format!("{name}({})", self.args(args)?))
+        }
+    }
+
+    fn args(&mut self, args: &Args) -> Result<String, String> {
+        if args.dynamic {
+            return Err("*args and **kwargs in calls are not supported".into());
+        }
+        let mut parts = Vec::new();
+        for a in &args.args {
+            parts.push(self.expr(a)?);
+        }
+        for (k, v) in &args.kwargs {
+            parts.push(format!("{k}={}", self.expr(v)?));
+        }
+        Ok(parts.join(", "))
+    }
+
+    /// An expression usable before a postfix operator (`.x`, `[x]`, `(x)`, `|f`).
+    fn atom(&mut self, e: &Expr) -> Result<String, String> {
+        let code = self.expr(e)?;
+        Ok(match e {
+            Expr::Name(_) | Expr::List(_) | Expr::Dict(_) => code,
+            _ if code.starts_with('(') && code.ends_with(')') => code,
+            _ => format!("({code})"),
+        })
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<String, String> {
+        Ok(match e {
+            Expr::Name(n) => {
+                if n == "strftime_now" {
+                    self.reads_clock = true;
+                }
+                if self.in_macro > 0 && (n == "varargs" || n == "kwargs") {
+                    return Err(format!("macros reading '{n}' are not supported"));
+                }
+                n.clone()
+            }
+            Expr::Const(c) => const_code(c)?,
+            Expr::Tuple(items) => format!("([{}]|__cj_tuple)", self.list(items)?),
+            Expr::List(items) => format!("[{}]", self.list(items)?),
+            Expr::Dict(items) => {
+                let string_keys = items
+                    .iter()
+                    .all(|(k, _)| matches!(k, Expr::Const(Const::Str(_))));
+                let mut parts = Vec::new();
+                for (k, v) in items {
+                    let (k, v) = (self.expr(k)?, self.expr(v)?);
+                    parts.push(if string_keys {
+                        format!("{k}: {v}")
+                    } else {
+                        format!("{k}, {v}")
+                    });
+                }
+                if string_keys {
+                    format!("{{{}}}", parts.join(", "))
+                } else {
+                    // Python merges keys that compare equal (`1`, `1.0`, `True`).
+                    format!("([{}]|__cj_dict)", parts.join(", "))
+                }
+            }
+            Expr::CondExpr(test, body, else_) => self.with_soft(true, |e| {
+                let (t, b) = (e.expr(test)?, e.expr(body)?);
+                Ok(match else_ {
+                    Some(x) => format!("({b} if {t} else {})", e.expr(x)?),
+                    None => format!("({b} if {t})"),
+                })
+            })?,
+            Expr::Or(a, b) | Expr::And(a, b) => {
+                let op = if matches!(e, Expr::Or(..)) {
+                    "or"
+                } else {
+                    "and"
+                };
+                let mut left = self.expr(a)?;
+                if is_literal(a) && is_literal(b) {
+                    // MiniJinja folds `const and const` into a bool; Python keeps the operand.
+                    left = format!("({left}|__cj_id)");
+                }
+                format!("({left} {op} {})", self.expr(b)?)
+            }
+            Expr::Not(a) => format!("(not {})", self.expr(a)?),
+            Expr::Compare(first, ops) => self.compare(first, ops)?,
+            Expr::BinOp(op, x, y) => {
+                // MiniJinja's `+` is Python's when one side is a string literal (str + str, or
+                // an error); otherwise tuples, lists and Markup need Python's rules.
+                let str_literal = matches!(x.as_ref(), Expr::Const(Const::Str(_)))
+                    || matches!(y.as_ref(), Expr::Const(Const::Str(_)));
+                let (a, b) = (self.atom(x)?, self.expr(y)?);
+                match op {
+                    BinOp::Add if str_literal && !self.markup_add => format!("({a} + {b})"),
+                    BinOp::Add => format!("({a}|__cj_add({b}))"),
+                    BinOp::Sub => format!("({a} - {b})"),
+                    BinOp::Mul => format!("({a}|__cj_mul({b}))"),
+                    BinOp::Pow => format!("({a}|__cj_pow({b}))"),
+                    BinOp::Div => format!("({a}|__cj_div({b}))"),
+                    BinOp::FloorDiv => format!("({a}|__cj_floordiv({b}))"),
+                    BinOp::Mod => format!("({a}|__cj_mod({b}))"),
+                }
+            }
+            Expr::Concat(items) => {
+                let head = self.atom(&items[0])?;
+                format!("({head}|__cj_concat({}))", self.list(&items[1..])?)
+            }
+            Expr::Neg(a) => format!("({}|__cj_neg)", self.atom(a)?),
+            Expr::Pos(a) => format!("({}|__cj_pos)", self.atom(a)?),
+            Expr::Getattr(obj, name) => {
+                let o = self.atom(obj)?;
+                if is_method_name(name) || name.starts_with('_') {
+                    format!("({o}|__cj_getattr({}))", quote(name))
+                } else {
+                    format!("{o}.{name}")
+                }
+            }
+            Expr::Getitem(obj, key) => {
+                let o = self.atom(obj)?;
+                match key.as_ref() {
+                    Expr::Slice(start, stop, step) => {
+                        let mut parts = Vec::new();
+                        for p in [start, stop, step] {
+                            parts.push(match p {
+                                Some(x) => self.expr(x)?,
+                                None => "none".into(),
+                            });
+                        }
+                        format!("({o}|__cj_slice({}))", parts.join(", "))
+                    }
+                    Expr::Const(Const::Str(s)) if is_method_name(s) || s.starts_with('_') => {
+                        format!("({o}|__cj_getitem({}))", quote(s))
+                    }
+                    k @ Expr::Const(Const::Str(_) | Const::Int(_)) => {
+                        format!("{o}[{}]", self.expr(k)?)
+                    }
+                    // A computed key: Python's lookup rules (and the method fallback) apply.
+                    k => format!("({o}|__cj_item({}))", self.expr(k)?),
+                }
+            }
+            Expr::Slice(..) => return Err("a slice outside of a subscript".into()),
+            Expr::Call(func, args) => {
+                let f = match func.as_ref() {
+                    Expr::Getattr(obj, name) => format!("{}.{name}", self.atom(obj)?),
+                    Expr::Name(n) => self.expr(&Expr::Name(n.clone()))?,
+                    other => self.atom(other)?,
+                };
+                format!("{f}({})", self.args(args)?)
+            }
+            Expr::Filter(base, name, args) => {
+                let b = match base {
+                    Some(b) => self.atom(b)?,
+                    None => return Err("a filter without a value".into()),
+                };
+                format!("({b}|{})", self.filter_call(name, args)?)
+            }
+            Expr::Test(base, name, args) => {
+                let b = self.atom(base)?;
+                if UNSUPPORTED_TESTS.contains(&name.as_str()) {
+                    return Ok(format!(
+                        "({b}|__cj_fail({}))",
+                        quote(&format!("the '{name}' test is not supported by chatids"))
+                    ));
+                }
+                if !TEST_NAMES.contains(&name.as_str()) {
+                    if self.soft {
+                        return Ok(format!(
+                            "({b}|__cj_fail({}))",
+                            quote(&format!("No test named '{name}'."))
+                        ));
+                    }
+                    return Err(format!("No test named '{name}'."));
+                }
+                if args.args.is_empty() && args.kwargs.is_empty() && !args.dynamic {
+                    format!("({b} is {name})")
+                } else {
+                    format!("({b} is {name}({}))", self.args(args)?)
+                }
+            }
+        })
+    }
+
+    fn list(&mut self, items: &[Expr]) -> Result<String, String> {
+        let mut parts = Vec::new();
+        for i in items {
+            parts.push(self.expr(i)?);
+        }
+        Ok(parts.join(", "))
+    }
+
+    fn compare(&mut self, first: &Expr, ops: &[(CmpOp, Expr)]) -> Result<String, String> {
+        let a = self.atom(first)?;
+        if let [(op, b)] = ops {
+            let b = self.expr(b)?;
+            // Against a literal MiniJinja's `==` is Python's; otherwise tuples and lists differ.
+            let literal = matches!(first, Expr::Const(_)) || matches!(ops[0].1, Expr::Const(_));
+            match op {
+                CmpOp::Eq if literal => return Ok(format!("({a} == {b})")),
+                CmpOp::Ne if literal => return Ok(format!("({a} != {b})")),
+                CmpOp::Eq => return Ok(format!("({a}|__cj_eq({b}))")),
+                CmpOp::Ne => return Ok(format!("({a}|__cj_ne({b}))")),
+                CmpOp::In => return Ok(format!("({a}|__cj_in({b}))")),
+                CmpOp::NotIn => return Ok(format!("(not ({a}|__cj_in({b})))")),
+                _ => {}
+            }
+        }
+        let mut parts = Vec::new();
+        for (op, b) in ops {
+            parts.push(quote(cmp_name(*op)));
+            parts.push(self.expr(b)?);
+        }
+        Ok(format!("({a}|__cj_compare({}))", parts.join(", ")))
+    }
+}
+
+/// A literal MiniJinja may evaluate at compile time.
+fn is_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Const(_) => true,
+        Expr::List(items) | Expr::Tuple(items) => items.iter().all(is_literal),
+        Expr::Dict(items) => items.iter().all(|(k, v)| is_literal(k) && is_literal(v)),
+        _ => false,
+    }
+}
+
+fn cmp_name(op: CmpOp) -> &'static str {
+    match op {
+        CmpOp::Eq => "eq",
+        CmpOp::Ne => "ne",
+        CmpOp::Lt => "lt",
+        CmpOp::LtEq => "lteq",
+        CmpOp::Gt => "gt",
+        CmpOp::GtEq => "gteq",
+        CmpOp::In => "in",
+        CmpOp::NotIn => "notin",
+    }
+}
+
+fn const_code(c: &Const) -> Result<String, String> {
+    Ok(match c {
+        Const::None => "none".into(),
+        Const::Bool(b) => b.to_string(),
+        Const::Int(i) => {
+            if i64::try_from(*i).is_err() {
+                format!("(\"{i}\"|__cj_int)")
+            } else {
+                i.to_string()
+            }
+        }
+        Const::Float(f) => {
+            if !f.is_finite() {
+                return Err("infinite float literals are not supported".into());
+            }
+            let s = format!("{f:?}");
+            if s.contains('.') || s.contains('e') {
+                s
+            } else {
+                format!("{s}.0")
+            }
+        }
+        Const::Str(s) => quote(s),
+    })
+}
+
+fn target_code(t: &Target) -> Result<String, String> {
+    Ok(match t {
+        Target::Name(n) => n.clone(),
+        Target::NsRef(n, a) => format!("{n}.{a}"),
+        Target::Tuple(items) => {
+            let mut parts = Vec::new();
+            for i in items {
+                if matches!(i, Target::NsRef(..)) {
+                    return Err(
+                        "namespace attributes inside tuple assignments are not supported".into(),
+                    );
+                }
+                parts.push(target_code(i)?);
+            }
+            if parts.len() == 1 {
+                format!("({},)", parts[0])
+            } else {
+                format!("({})", parts.join(", "))
+            }
+        }
+    })
+}

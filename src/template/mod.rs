@@ -1,0 +1,507 @@
+//! Hugging Face chat templates rendered exactly as transformers renders them.
+//!
+//! transformers runs templates with jinja2's `ImmutableSandboxedEnvironment(trim_blocks=True,
+//! lstrip_blocks=True)`, the `{% generation %}` and loop-control extensions, the globals
+//! `raise_exception`, `strftime_now`, `dict` and `namespace`, and its own `tojson`. This module
+//! reproduces that on the MiniJinja engine:
+//!
+//! * [`lexer`] and [`parser`] are jinja2's (same whitespace control, precedence, literals);
+//! * [`emit`] translates the jinja2 syntax tree into fully parenthesized MiniJinja, routing
+//!   every operation whose semantics differ from Python's through a helper ([`ops`]);
+//! * [`pyvalue`], [`methods`], [`filters`], [`predicates`], [`format`], [`strftime`] and
+//!   [`unicode`] implement Python's and jinja2's runtime behaviour: `str()`/`repr()` output,
+//!   `json.dumps`, string methods, filters and tests.
+//!
+//! Whatever cannot be reproduced exactly (a bound method's memory address, `%`-formatting with
+//! widths, `groupby`, ...) is an error, never a different string.
+
+mod args;
+mod emit;
+mod filters;
+mod format;
+mod lexer;
+mod methods;
+mod ops;
+mod parser;
+mod predicates;
+mod pyvalue;
+mod strftime;
+mod unicode;
+#[rustfmt::skip]
+mod unicode_tables;
+
+use std::fmt;
+use std::sync::Arc;
+
+use minijinja::value::{Object, ObjectRepr, Value};
+use minijinja::{Environment, Error, ErrorKind, State};
+
+pub use self::strftime::strftime;
+
+use self::args::{bind, split_args};
+use self::pyvalue::{as_int, err, kind, new_dict, py_iter, py_str, Dict, Kind, PyRange};
+
+/// A civil date-time the template's `strftime_now` reads (the core never reads the clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DateTime {
+    pub year: i32,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+}
+
+/// Why rendering failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenderError {
+    /// The template called `raise_exception(msg)`.
+    Raised(String),
+    /// Any other error (jinja2 would raise too), with the message and the template line.
+    Failed(String),
+    /// The template called `strftime_now` but no date-time was given.
+    NeedsClock,
+}
+
+impl fmt::Display for RenderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RenderError::Raised(m) => write!(f, "the chat template raised an exception: {m}"),
+            RenderError::Failed(m) => write!(f, "the chat template failed: {m}"),
+            RenderError::NeedsClock => write!(
+                f,
+                "the chat template reads the clock (strftime_now) but no date-time was given"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RenderError {}
+
+/// A compiled chat template (`Send + Sync`: render it from many threads at once).
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    reads_clock: bool,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("reads_clock", &self.reads_clock)
+            .finish_non_exhaustive()
+    }
+}
+
+const TEMPLATE_NAME: &str = "chat_template";
+/// The context key holding the render's date-time (not a valid template identifier).
+const NOW_KEY: &str = "\u{1}chatids_now";
+
+/// The error payloads that carry `raise_exception` and a missing clock through MiniJinja.
+#[derive(Debug)]
+enum Signal {
+    Raised(String),
+    NeedsClock,
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Signal::Raised(m) => f.write_str(m),
+            Signal::NeedsClock => f.write_str("strftime_now needs a date-time"),
+        }
+    }
+}
+
+impl std::error::Error for Signal {}
+
+impl ChatTemplate {
+    /// Compile; `Err(message)` when the template has a syntax error or uses something jinja2
+    /// has and chatids does not reproduce (an unknown tag, filter or test is an error in jinja2
+    /// too).
+    pub fn compile(source: &str) -> Result<ChatTemplate, String> {
+        let tokens = lexer::tokenize(source)
+            .map_err(|e| format!("syntax error: {} (line {})", e.message, e.line))?;
+        let markup = uses_markup(&tokens);
+        let stmts = parser::parse(tokens)
+            .map_err(|e| format!("syntax error: {} (line {})", e.message, e.line))?;
+        let emitted = emit::emit(&stmts, markup)?;
+        let mut env = new_environment();
+        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            env.add_template_owned(TEMPLATE_NAME, emitted.source)
+        }))
+        .map_err(|_| "internal error in the template engine".to_string())?;
+        added.map_err(|e| format!("unsupported template: {}", describe(&e)))?;
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            reads_clock: emitted.reads_clock,
+        })
+    }
+
+    /// Render with `context` (top-level variables: messages, add_generation_prompt, tools,
+    /// documents, bos_token, ... as JSON values, key order preserved).
+    pub fn render(
+        &self,
+        context: &serde_json::Map<String, serde_json::Value>,
+        now: Option<DateTime>,
+    ) -> Result<String, RenderError> {
+        if context.values().any(|v| json_depth(v) > pyvalue::MAX_DEPTH) {
+            return Err(RenderError::Failed(
+                "the context is nested too deeply".into(),
+            ));
+        }
+        let mut root = Dict::with_capacity(context.len() + 1);
+        for (k, v) in context {
+            root.insert(Value::from(k.as_str()), pyvalue::from_json(v));
+        }
+        if let Some(now) = now {
+            root.insert(Value::from(NOW_KEY), Value::from_object(Clock(now)));
+        }
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| RenderError::Failed(describe(&e)))?;
+        template
+            .render(new_dict(root))
+            .map_err(|e| to_render_error(&e))
+    }
+
+    /// Whether the template calls `strftime_now` (so the caller knows it needs a date).
+    pub fn reads_clock(&self) -> bool {
+        self.reads_clock
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// The nesting depth of a JSON value (iteratively, so any depth is safe).
+fn json_depth(v: &serde_json::Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 1)];
+    while let Some((v, d)) = stack.pop() {
+        max = max.max(d);
+        match v {
+            serde_json::Value::Array(a) => stack.extend(a.iter().map(|x| (x, d + 1))),
+            serde_json::Value::Object(o) => stack.extend(o.values().map(|x| (x, d + 1))),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Whether the template can make `Markup` (`|safe`, `|e`, ...), whose `+` escapes.
+fn uses_markup(tokens: &[lexer::Token]) -> bool {
+    let markup = |n: &str| matches!(n, "safe" | "e" | "escape" | "forceescape");
+    tokens.windows(2).any(|w| match (&w[0].tok, &w[1].tok) {
+        (lexer::Tok::Op("|"), lexer::Tok::Name(n)) => markup(n),
+        // `map('e')` and friends
+        (_, lexer::Tok::Str(n)) => markup(n),
+        _ => false,
+    })
+}
+
+fn describe(e: &Error) -> String {
+    let mut msg = match (e.kind(), e.detail()) {
+        (ErrorKind::UndefinedError, Some(d)) => format!("undefined value: {d}"),
+        (_, Some(d)) => d.to_string(),
+        (kind, None) => kind.to_string(),
+    };
+    if let Some(line) = e.line() {
+        msg.push_str(&format!(" (line {line})"));
+    }
+    msg
+}
+
+fn to_render_error(e: &Error) -> RenderError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(signal) = s.downcast_ref::<Signal>() {
+            return match signal {
+                Signal::Raised(m) => RenderError::Raised(m.clone()),
+                Signal::NeedsClock => RenderError::NeedsClock,
+            };
+        }
+        source = s.source();
+    }
+    RenderError::Failed(describe(e))
+}
+
+/// The render's date-time, stored in the context under [`NOW_KEY`].
+#[derive(Debug)]
+struct Clock(DateTime);
+
+impl Object for Clock {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+}
+
+fn new_environment() -> Environment<'static> {
+    let mut env = Environment::empty();
+    env.set_keep_trailing_newline(true);
+    env.set_formatter(|out, _state, value| {
+        if let Some(s) = value.as_str() {
+            return out.write_str(s).map_err(|_| err("write failed"));
+        }
+        let s = py_str(value)?;
+        out.write_str(&s).map_err(|_| err("write failed"))
+    });
+    env.set_unknown_method_callback(methods::unknown_method);
+    filters::register(&mut env);
+    predicates::register(&mut env);
+    ops::register(&mut env);
+    env.add_function(
+        "raise_exception",
+        |args: &[Value]| -> Result<Value, Error> {
+            let b = bind("raise_exception", args, &["message"], true)?;
+            let msg = match &b[0] {
+                Some(m) => py_str(m)?,
+                None => {
+                    return Err(err(
+                        "raise_exception() missing 1 required positional argument: 'message'",
+                    ))
+                }
+            };
+            Err(Error::new(ErrorKind::InvalidOperation, msg.clone())
+                .with_source(Signal::Raised(msg)))
+        },
+    );
+    env.add_function(
+        "strftime_now",
+        |state: &State, args: &[Value]| -> Result<Value, Error> {
+            let b = bind("strftime_now", args, &["format"], true)?;
+            let fmt = match &b[0] {
+                Some(f) if kind(f) == Kind::Str => f.as_str().unwrap_or_default().to_string(),
+                Some(_) => return Err(err("strftime() argument 1 must be str")),
+                None => {
+                    return Err(err(
+                        "strftime_now() missing 1 required positional argument: 'format'",
+                    ))
+                }
+            };
+            let now = state
+                .lookup(NOW_KEY)
+                .and_then(|v| v.downcast_object_ref::<Clock>().map(|c| c.0))
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::InvalidOperation, "no clock")
+                        .with_source(Signal::NeedsClock)
+                })?;
+            strftime::strftime(&fmt, &now).map(Value::from).map_err(err)
+        },
+    );
+    env.add_function("range", range);
+    env.add_global("dict", Value::from_object(DictFn));
+    env.add_function("namespace", namespace);
+    env
+}
+
+/// jinja2's sandboxed `range` (at most 100000 items).
+fn range(args: &[Value]) -> Result<Value, Error> {
+    let (pos, kw) = split_args(args)?;
+    if !kw.is_empty() {
+        return Err(err("range() takes no keyword arguments"));
+    }
+    let ints: Vec<i128> = pos
+        .iter()
+        .map(|v| {
+            as_int(v).ok_or_else(|| {
+                err(format!(
+                    "'{}' object cannot be interpreted as an integer",
+                    pyvalue::type_name(v)
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let (start, stop, step) = match ints.as_slice() {
+        [stop] => (0, *stop, 1),
+        [start, stop] => (*start, *stop, 1),
+        [start, stop, step] => (*start, *stop, *step),
+        _ => {
+            return Err(err(format!(
+                "range expected at most 3 arguments, got {}",
+                ints.len()
+            )))
+        }
+    };
+    if step == 0 {
+        return Err(err("range() arg 3 must not be zero"));
+    }
+    let fits = |x: i128| i64::try_from(x).is_ok();
+    if !(fits(start) && fits(stop) && fits(step)) {
+        return Err(err("range too big"));
+    }
+    let r = PyRange {
+        start: start as i64,
+        stop: stop as i64,
+        step: step as i64,
+    };
+    if r.len() > 100_000 {
+        return Err(err(
+            "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).",
+        ));
+    }
+    Ok(Value::from_object(r))
+}
+
+/// `dict(*args, **kwargs)` as Python builds it.
+fn build_dict(args: &[Value]) -> Result<Dict, Error> {
+    let (pos, kw) = split_args(args)?;
+    let mut d = Dict::new();
+    match pos.as_slice() {
+        [] => {}
+        [src] => {
+            match kind(src) {
+                Kind::Dict => d = Dict::clone(src.downcast_object_ref::<Dict>().expect("dict")),
+                _ => {
+                    for (i, pair) in py_iter(src)?.iter().enumerate() {
+                        let kv = py_iter(pair).map_err(|_| {
+                        err(format!("cannot convert dictionary update sequence element #{i} to a sequence"))
+                    })?;
+                        let [k, v] = kv.as_slice() else {
+                            return Err(err(format!(
+                            "dictionary update sequence element #{i} has length {}; 2 is required",
+                            kv.len()
+                        )));
+                        };
+                        d.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        _ => {
+            return Err(err(format!(
+                "dict expected at most 1 argument, got {}",
+                pos.len()
+            )))
+        }
+    }
+    for (k, v) in kw {
+        d.insert(Value::from(k), v);
+    }
+    Ok(d)
+}
+
+/// transformers' `TemplateDict`: callable, with `fromkeys`.
+#[derive(Debug)]
+struct DictFn;
+
+impl Object for DictFn {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+    fn call(self: &Arc<Self>, _state: &State<'_, '_>, args: &[Value]) -> Result<Value, Error> {
+        build_dict(args).map(new_dict)
+    }
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        if method != "fromkeys" {
+            return Err(Error::from(ErrorKind::UnknownMethod));
+        }
+        let b = bind("fromkeys", args, &["iterable", "value"], false)?;
+        let keys = py_iter(
+            b[0].as_ref()
+                .ok_or_else(|| err("fromkeys expected at least 1 argument"))?,
+        )?;
+        let v = b[1].clone().unwrap_or(Value::from(()));
+        Ok(new_dict(keys.into_iter().map(|k| (k, v.clone())).collect()))
+    }
+}
+
+/// transformers' `TemplateNamespace`: jinja2's namespace refusing underscore-prefixed names.
+fn namespace(args: &[Value]) -> Result<Value, Error> {
+    let d = build_dict(args)?;
+    for k in d.keys() {
+        if let Some(name) = k.as_str() {
+            if name.starts_with('_') {
+                return Err(err(format!(
+                    "SecurityError: Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{name}'."
+                )));
+            }
+        }
+    }
+    minijinja::functions::namespace(Some(new_dict(d)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(src: &str, ctx: serde_json::Value) -> Result<String, RenderError> {
+        let t = ChatTemplate::compile(src).map_err(RenderError::Failed)?;
+        t.render(ctx.as_object().unwrap(), None)
+    }
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<ChatTemplate>();
+    }
+
+    #[test]
+    fn renders_a_chatml_template() {
+        let src = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m['content'] | trim }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let ctx = serde_json::json!({"messages": [{"role": "user", "content": " hi "}], "add_generation_prompt": true});
+        assert_eq!(
+            render(src, ctx).unwrap(),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn pathological_nesting_is_an_error_not_a_crash() {
+        let cases = [
+            format!("{{{{ {}1{} }}}}", "(".repeat(5000), ")".repeat(5000)),
+            format!("{{{{ 1{} }}}}", " + 1".repeat(100_000)),
+            format!("{{{{ {}1 }}}}", "not ".repeat(100_000)),
+            format!("{{{{ x{} }}}}", ".a".repeat(100_000)),
+            format!("{{{{ x{} }}}}", "|trim".repeat(100_000)),
+            "{% if true %}".repeat(5000),
+            format!("{{{{ {}1{} }}}}", "[".repeat(5000), "]".repeat(5000)),
+        ];
+        let h = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                cases
+                    .iter()
+                    .map(|c| ChatTemplate::compile(c).is_err())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert!(h.join().unwrap().iter().all(|&failed| failed));
+        let deep = serde_json::json!({"x": (0..1000).fold(serde_json::json!(1), |acc, _| serde_json::json!([acc]))});
+        let t = ChatTemplate::compile("{{ x }}").unwrap();
+        assert!(matches!(
+            t.render(deep.as_object().unwrap(), None),
+            Err(RenderError::Failed(_))
+        ));
+    }
+
+    #[test]
+    fn python_formatting_and_errors() {
+        let ctx = serde_json::json!({"x": {"a": [1, null, 1.0, "it's"]}});
+        assert_eq!(
+            render("{{ x }}", ctx.clone()).unwrap(),
+            "{'a': [1, None, 1.0, \"it's\"]}"
+        );
+        assert_eq!(
+            render("{{ raise_exception('no') }}", ctx.clone()),
+            Err(RenderError::Raised("no".into()))
+        );
+        assert_eq!(
+            render("{{ strftime_now('%Y') }}", ctx.clone()),
+            Err(RenderError::NeedsClock)
+        );
+        assert!(matches!(
+            render("{{ x.items }}", ctx),
+            Err(RenderError::Failed(_))
+        ));
+    }
+}
