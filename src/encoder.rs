@@ -12,10 +12,13 @@ use crate::control_tokens::ControlTokens;
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Error, Result, TemplateError};
 use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
+use crate::generic::{JinjaFormat, JinjaRequest};
 use crate::message::Message;
 use crate::mistral_common::MistralCommon;
 use crate::pieces::Pieces;
 use crate::policies;
+use crate::probes::{self, ProbeReport};
+use crate::template::{ChatTemplate, DateTime};
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
 
 /// Options of one `encode`/`render` call (transformers' argument names). The default is the
@@ -34,6 +37,9 @@ pub struct EncodeOptions {
     pub system: SystemPolicy,
     /// Join consecutive messages of the same role before rendering (see [`crate::policies`]).
     pub merge_consecutive: bool,
+    /// What the template's `strftime_now()` returns on the generic path (the core never reads
+    /// the clock; a template that calls it without `now` fails).
+    pub now: Option<DateTime>,
 }
 
 impl Default for EncodeOptions {
@@ -44,8 +50,23 @@ impl Default for EncodeOptions {
             kwargs: TemplateArgs::new(),
             system: SystemPolicy::Template,
             merge_consecutive: false,
+            now: None,
         }
     }
+}
+
+/// How to load a checkpoint (see [`Encoder::load_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions<'a> {
+    /// Force a native format by name, or the generic path with `"jinja"`.
+    pub format: Option<&'a str>,
+    /// Choose the route (default: mistral-common when the directory ships its files).
+    pub reference: Option<Route>,
+    /// A named template of the checkpoint, or template text that replaces its template.
+    pub chat_template: Option<&'a str>,
+    /// Accept a template chatids' engine cannot compile (the caller renders it, see
+    /// [`Encoder::encode_rendered`]) instead of failing.
+    pub allow_external: bool,
 }
 
 /// Which reference an [`Encoder`] reproduces.
@@ -74,21 +95,57 @@ impl Route {
 /// How the format of an [`Encoder`] was chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormatChoice {
-    /// The checkpoint's template is byte-for-byte the official template of the format.
-    TemplateMatch {
-        /// Where that official template comes from.
-        source: &'static str,
+    /// The native format renders every probe conversation exactly as the checkpoint's template
+    /// does (see [`crate::probes`]).
+    Probed {
+        /// The probe results (including inputs the native format refuses).
+        report: ProbeReport,
+        /// Where the official template comes from, when the checkpoint's template is
+        /// byte-for-byte that one.
+        official: Option<&'static str>,
     },
-    /// The caller named the format; the checkpoint's template was not verified against it.
+    /// No native format reproduces the template: the generic path renders it. For each native
+    /// format whose tokens the vocabulary has, the first probe where it differs.
+    Generic {
+        /// `(format, why it was not used)`.
+        rejected: Vec<(&'static str, String)>,
+    },
+    /// The caller named the native format.
     Explicit {
-        /// Whether the checkpoint's template is the format's official one after all.
-        template_matches: bool,
+        /// The probe results against the checkpoint's template (`None`: the template cannot
+        /// be compiled, so it was not checked).
+        report: Option<ProbeReport>,
+    },
+    /// The caller asked for the generic path (`format="jinja"`).
+    ExplicitGeneric,
+    /// The template cannot be compiled; the caller renders it (see [`Encoder::encode_rendered`]).
+    External,
+}
+
+/// What renders the conversation on the transformers route.
+enum Renderer {
+    /// A native format.
+    Native(Box<dyn ChatFormat>),
+    /// The checkpoint's template on the generic path.
+    Jinja,
+    /// The template cannot be compiled by chatids' engine: the caller renders it (the Python
+    /// layer falls back to jinja2) and hands the rendered text to
+    /// [`Encoder::encode_rendered`].
+    External {
+        /// Why the template could not be compiled.
+        reason: String,
     },
 }
 
 /// The transformers route: a native format over the checkpoint's tokenizer.json.
 struct TemplateRoute {
-    format: Box<dyn ChatFormat>,
+    renderer: Renderer,
+    /// The checkpoint's template, compiled (`None` if it cannot be: then only an explicit
+    /// native format is possible).
+    jinja: Option<JinjaFormat>,
+    template_source: String,
+    template_text: String,
+    special_tokens_map: Vec<(String, String)>,
     format_choice: FormatChoice,
     text: HfTextEncoder,
     control_tokens: ControlTokens,
@@ -132,20 +189,71 @@ impl Encoder {
         format: Option<&str>,
         reference: Option<Route>,
     ) -> Result<Self> {
-        let dir = dir.as_ref();
+        Self::load_with(
+            dir,
+            &LoadOptions {
+                format,
+                reference,
+                chat_template: None,
+                allow_external: false,
+            },
+        )
+    }
+
+    /// Load a checkpoint directory, or a GGUF file (its tokenizer and chat template metadata).
+    pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions<'_>) -> Result<Self> {
+        let path = path.as_ref();
+        let LoadOptions {
+            format,
+            reference,
+            chat_template,
+            allow_external,
+        } = *options;
+        let transformers_checkpoint = || -> Result<Checkpoint> {
+            let mut checkpoint = if path.is_file()
+                && path
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+            {
+                crate::checkpoint::gguf::load(path)?
+            } else {
+                Checkpoint::load(path)?
+            };
+            if let Some(choice) = chat_template {
+                checkpoint.select_template(choice)?;
+            }
+            Ok(checkpoint)
+        };
+        if path.is_file() {
+            if reference == Some(Route::MistralCommon) {
+                return Err(Error::Load(format!(
+                    "{}: the mistral-common route needs a checkpoint directory",
+                    path.display()
+                )));
+            }
+            return Self::from_checkpoint_with(transformers_checkpoint()?, format, allow_external);
+        }
+        let dir = path;
         let mistral_file = MistralCommon::find_in(dir)?;
-        let route = match (reference, &mistral_file, format) {
-            (Some(r), _, _) => r,
-            (None, Some(_), None) => Route::MistralCommon,
+        let route = match (reference, &mistral_file, format, chat_template) {
+            (Some(r), _, _, _) => r,
+            (None, Some(_), None, None) => Route::MistralCommon,
             _ => Route::Transformers,
         };
         match route {
-            Route::Transformers => Self::from_checkpoint(Checkpoint::load(dir)?, format),
+            Route::Transformers => {
+                Self::from_checkpoint_with(transformers_checkpoint()?, format, allow_external)
+            }
             Route::MistralCommon => {
                 if let Some(f) = format {
                     return Err(Error::Load(format!(
                         "format={f:?} applies to the transformers route; pass reference=\"transformers\" to use it"
                     )));
+                }
+                if chat_template.is_some() {
+                    return Err(Error::Load(
+                        "chat_template= applies to the transformers route; pass reference=\"transformers\" to use it".into(),
+                    ));
                 }
                 let file = mistral_file.ok_or_else(|| {
                     Error::Load(format!(
@@ -164,29 +272,68 @@ impl Encoder {
     }
 
     /// Build a transformers-route encoder from a loaded checkpoint (see [`Encoder::from_dir`]).
+    ///
+    /// Without `format`, the checkpoint's template decides: a native format is used only if it
+    /// renders every probe conversation exactly as the template does ([`crate::probes`]);
+    /// otherwise the generic path renders the template itself. `format="jinja"` forces the
+    /// generic path; a native format name forces that format (the probes still report whether
+    /// it matches, see [`Encoder::explain`]).
     pub fn from_checkpoint(checkpoint: Checkpoint, format: Option<&str>) -> Result<Self> {
-        let identified = formats::identify(&checkpoint.chat_template);
-        let (name, format_choice) = match (format, identified) {
-            (Some(name), found) => (
-                name.to_string(),
-                FormatChoice::Explicit {
-                    template_matches: found.is_some_and(|(n, _)| n == name),
-                },
-            ),
-            (None, Some((name, source))) => {
-                (name.to_string(), FormatChoice::TemplateMatch { source })
+        Self::from_checkpoint_with(checkpoint, format, false)
+    }
+
+    /// [`Encoder::from_checkpoint`]; with `allow_external`, a template chatids' engine cannot
+    /// compile gives an encoder that only encodes text the caller rendered
+    /// ([`Encoder::encode_rendered`]) instead of an error.
+    pub fn from_checkpoint_with(
+        checkpoint: Checkpoint,
+        format: Option<&str>,
+        allow_external: bool,
+    ) -> Result<Self> {
+        let compiled = ChatTemplate::compile(&checkpoint.chat_template)
+            .map(|t| JinjaFormat::new(t, &checkpoint));
+        let official = formats::identify(&checkpoint.chat_template);
+        let (renderer, format_choice) = match format {
+            Some(crate::generic::FORMAT_NAME) => {
+                if let Err(e) = &compiled {
+                    return Err(Error::Load(format!(
+                        "the chat template cannot be compiled by chatids' Jinja engine: {e}"
+                    )));
+                }
+                (Renderer::Jinja, FormatChoice::ExplicitGeneric)
             }
-            (None, None) => {
-                return Err(Error::Load(format!(
-                "the chat template of {} (sha256 {}) is not one that chatids reproduces natively; \
-                     pass format=... (one of {}) to force a native format",
-                checkpoint.dir.display(),
-                formats::template_fingerprint(&checkpoint.chat_template),
-                formats::FORMAT_NAMES.join(", ")
-            )))
+            Some(name) => {
+                let native = formats::build(name, &checkpoint)?;
+                let report = compiled
+                    .as_ref()
+                    .ok()
+                    .map(|j| probes::check(native.as_ref(), j));
+                (Renderer::Native(native), FormatChoice::Explicit { report })
             }
+            None => match &compiled {
+                Ok(jinja) => choose_format(&checkpoint, jinja, official.map(|(n, _)| n)),
+                Err(e) if allow_external => (
+                    Renderer::External { reason: e.clone() },
+                    FormatChoice::External,
+                ),
+                Err(e) => {
+                    return Err(Error::Load(format!(
+                        "the chat template cannot be compiled by chatids' Jinja engine ({e}); \
+                         pass format=... to force a native format (the Python API falls back to jinja2)"
+                    )))
+                }
+            },
         };
-        let format = formats::build(&name, &checkpoint)?;
+        let template_source = checkpoint.chat_template_source.clone();
+        let format_choice = match format_choice {
+            FormatChoice::Probed { report, .. } => FormatChoice::Probed {
+                report,
+                official: official
+                    .filter(|(n, _)| matches!(&renderer, Renderer::Native(f) if f.name() == *n))
+                    .map(|(_, source)| source),
+            },
+            other => other,
+        };
         let control_tokens =
             ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
         let text = HfTextEncoder::new(checkpoint.tokenizer.clone());
@@ -200,8 +347,11 @@ impl Encoder {
             &mut newline_ids,
         )?;
         let token_id = |t: &str| checkpoint.tokenizer.token_to_id(t);
-        let mut stop_token_ids: Vec<u32> = format
-            .stop_tokens()
+        let format_stops: &[&str] = match &renderer {
+            Renderer::Native(f) => f.stop_tokens(),
+            Renderer::Jinja | Renderer::External { .. } => &[],
+        };
+        let mut stop_token_ids: Vec<u32> = format_stops
             .iter()
             .filter_map(|t| token_id(t))
             .chain(checkpoint.special_tokens.eos.as_deref().and_then(token_id))
@@ -217,7 +367,11 @@ impl Encoder {
             .and_then(|e| e.get_ids().first().copied())
             .filter(|&first| Some(first) == bos_id);
         let route = TemplateRoute {
-            format,
+            renderer,
+            jinja: compiled.ok(),
+            template_source,
+            template_text: checkpoint.chat_template.clone(),
+            special_tokens_map: checkpoint.special_tokens_map.clone(),
             format_choice,
             text,
             control_tokens,
@@ -250,14 +404,71 @@ impl Encoder {
     /// The format's name (`"llama-3.1"`, or `"mistral-common-v3"` on the mistral-common route).
     pub fn format_name(&self) -> &'static str {
         match &self.backend {
-            Backend::Template(t) => t.format.name(),
+            Backend::Template(t) => match &t.renderer {
+                Renderer::Native(f) => f.name(),
+                Renderer::Jinja => crate::generic::FORMAT_NAME,
+                Renderer::External { .. } => crate::generic::EXTERNAL_FORMAT_NAME,
+            },
             Backend::MistralCommon(mc) => mc.name(),
         }
     }
 
-    /// The native format (transformers route only).
+    /// The native format (transformers route with a native format only).
     pub fn format(&self) -> Option<&dyn ChatFormat> {
-        self.template().map(|t| t.format.as_ref())
+        match &self.template()?.renderer {
+            Renderer::Native(f) => Some(f.as_ref()),
+            Renderer::Jinja | Renderer::External { .. } => None,
+        }
+    }
+
+    /// The chat template in use (transformers route).
+    pub fn chat_template(&self) -> Option<&str> {
+        self.template().map(|t| t.template_text.as_str())
+    }
+
+    /// The special-token variables the template sees (transformers' `special_tokens_map`).
+    pub fn special_tokens_map(&self) -> &[(String, String)] {
+        self.template().map_or(&[], |t| &t.special_tokens_map)
+    }
+
+    /// Whether the caller must render the template (see [`Encoder::encode_rendered`]).
+    pub fn needs_external_renderer(&self) -> bool {
+        self.template()
+            .is_some_and(|t| matches!(t.renderer, Renderer::External { .. }))
+    }
+
+    /// Encode a prompt the caller rendered from the checkpoint's template, as transformers
+    /// encodes `apply_chat_template`'s text: added tokens matched; with `marked`, the text was
+    /// rendered from inputs marked as [`crate::generic`] marks them, and every marked control
+    /// token is encoded as plain text. Tokens carry no message index.
+    pub fn encode_rendered(&self, rendered: &str, marked: bool) -> Result<Vec<u32>> {
+        let t = self.template().ok_or_else(|| {
+            Error::Load("encode_rendered applies to the transformers route".into())
+        })?;
+        let pieces = crate::generic::split_rendered(rendered, &[], marked)?;
+        let encoder = PieceEncoder {
+            text: &t.text,
+            sanitizer: marked.then_some(&t.control_tokens),
+            newline_ids: &t.newline_ids,
+        };
+        let mut out = EncodedChat::default();
+        encoder.encode(pieces.as_slice(), Tracking::default(), &mut out)?;
+        Ok(out.ids)
+    }
+
+    /// Whether the generic path renders the checkpoint's template.
+    pub fn is_generic(&self) -> bool {
+        self.template()
+            .is_some_and(|t| matches!(t.renderer, Renderer::Jinja))
+    }
+
+    /// Whether rendering needs [`EncodeOptions::now`]: the generic path with a template that
+    /// calls `strftime_now()`.
+    pub fn reads_clock(&self) -> bool {
+        self.template().is_some_and(|t| {
+            matches!(t.renderer, Renderer::Jinja)
+                && t.jinja.as_ref().is_some_and(|j| j.template().reads_clock())
+        })
     }
 
     /// How the format was chosen (transformers route only).
@@ -279,21 +490,66 @@ impl Encoder {
             }
             Backend::Template(t) => t,
         };
-        let name = t.format.name();
-        let mut lines = vec![match t.format_choice {
-            FormatChoice::TemplateMatch { source } => format!(
-                "format {name}: the checkpoint's chat template (sha256 {}) is byte-for-byte the official template of {source}",
-                t.template_fingerprint
-            ),
-            FormatChoice::Explicit { template_matches: true } => format!(
-                "format {name}: chosen by the caller; the checkpoint's template is this format's official template"
-            ),
-            FormatChoice::Explicit { template_matches: false } => format!(
-                "format {name}: chosen by the caller; the checkpoint's template (sha256 {}) is NOT this format's official \
-                 template, so the output is not verified against it",
-                t.template_fingerprint
-            ),
-        }];
+        let name = self.format_name();
+        let mut lines = vec![format!(
+            "chat template: {} (sha256 {})",
+            t.template_source, t.template_fingerprint
+        )];
+        let refused = |report: &ProbeReport, lines: &mut Vec<String>| {
+            for (probe, why) in &report.refused {
+                lines.push(format!(
+                    "  refuses probe \"{probe}\" that the template renders: {why}"
+                ));
+            }
+        };
+        match &t.format_choice {
+            FormatChoice::Probed { report, official } => {
+                lines.push(format!(
+                    "format {name}: renders all {} probe conversations exactly as the checkpoint's template does{}",
+                    report.compared,
+                    official
+                        .map(|s| format!(" (the template is byte-for-byte the official one of {s})"))
+                        .unwrap_or_default()
+                ));
+                refused(report, &mut lines);
+            }
+            FormatChoice::Generic { rejected } => {
+                lines.push(format!(
+                    "format {name}: the generic path renders the checkpoint's template with chatids' Jinja engine; \
+                     no native format reproduces it"
+                ));
+                for (format, why) in rejected {
+                    lines.push(format!("  not {format}: {why}"));
+                }
+            }
+            FormatChoice::Explicit { report: Some(report) } if report.matches() => {
+                lines.push(format!(
+                    "format {name}: chosen by the caller; it renders all {} probes as the checkpoint's template does",
+                    report.compared
+                ));
+                refused(report, &mut lines);
+            }
+            FormatChoice::Explicit { report: Some(report) } => lines.push(format!(
+                "format {name}: chosen by the caller; it does NOT reproduce the checkpoint's template (probe \"{}\" differs {}), \
+                 so the output is not verified against it",
+                report.difference.as_ref().map_or("", |d| d.probe.as_str()),
+                report.difference.as_ref().map_or("", |d| d.detail.as_str()),
+            )),
+            FormatChoice::Explicit { report: None } => lines.push(format!(
+                "format {name}: chosen by the caller; the checkpoint's template cannot be compiled, so it was not checked"
+            )),
+            FormatChoice::External => lines.push(format!(
+                "format {name}: chatids' Jinja engine cannot compile the template ({}); the Python layer renders it with \
+                 jinja2 (as transformers does) and chatids encodes the text",
+                match &t.renderer {
+                    Renderer::External { reason } => reason.as_str(),
+                    _ => "",
+                }
+            )),
+            FormatChoice::ExplicitGeneric => lines.push(format!(
+                "format {name}: the caller asked for the generic path (the checkpoint's template rendered by chatids' Jinja engine)"
+            )),
+        }
         if let Some(note) = &t.checkpoint_note {
             lines.push(format!("tokenizer: {note}"));
         }
@@ -328,7 +584,7 @@ impl Encoder {
     /// Template arguments the template fills from the clock when absent, with their
     /// `strftime` format. The caller must supply them; the core never reads the clock.
     pub fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {
-        self.template().map_or(&[], |t| t.format.clock_defaults())
+        self.format().map_or(&[], |f| f.clock_defaults())
     }
 
     /// The text encoder (the checkpoint's tokenizer.json), on the transformers route.
@@ -346,21 +602,49 @@ impl Encoder {
         crate::lint::lint(self, messages, options, context)
     }
 
-    /// Render `messages` with the native format into pieces.
+    /// Render `messages` into pieces, with the native format or the generic path (which marks
+    /// caller control tokens when `sanitize` is set).
     fn render_pieces<'a>(
         t: &'a TemplateRoute,
         messages: &'a [Message],
         options: &'a EncodeOptions,
+        sanitize: bool,
+        provenance: bool,
     ) -> Result<Pieces<'a>, TemplateError> {
-        let request = RenderRequest {
-            messages,
-            add_generation_prompt: options.add_generation_prompt,
-            kwargs: &options.kwargs,
-            system: options.system,
-        };
-        let mut pieces = Pieces::new();
-        t.format.render(&request, &mut pieces)?;
-        Ok(pieces)
+        match &t.renderer {
+            Renderer::Native(format) => {
+                let request = RenderRequest {
+                    messages,
+                    add_generation_prompt: options.add_generation_prompt,
+                    kwargs: &options.kwargs,
+                    system: options.system,
+                };
+                let mut pieces = Pieces::new();
+                format.render(&request, &mut pieces)?;
+                Ok(pieces)
+            }
+            Renderer::Jinja => {
+                let jinja = t
+                    .jinja
+                    .as_ref()
+                    .expect("the generic path has a compiled template");
+                if options.system != SystemPolicy::Template {
+                    return Err(TemplateError::whole(
+                        "system= applies to native formats; the generic path renders the template as it is",
+                    ));
+                }
+                let request = JinjaRequest {
+                    add_generation_prompt: options.add_generation_prompt,
+                    kwargs: &options.kwargs,
+                    now: options.now,
+                };
+                jinja.pieces(messages, &request, sanitize.then_some(&t.control_tokens), provenance)
+            }
+            Renderer::External { reason } => Err(TemplateError::whole(format!(
+                "chatids' Jinja engine cannot compile this template ({reason}); render it in Python \
+                 (chatids.Encoder does so with jinja2) and use encode_rendered"
+            ))),
+        }
     }
 
     /// Apply the input policies of `options`, render with the native format, and hand the
@@ -369,13 +653,15 @@ impl Encoder {
         t: &TemplateRoute,
         messages: &[Message],
         options: &EncodeOptions,
+        sanitize: bool,
+        provenance: bool,
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
         if !options.merge_consecutive {
-            return f(&Self::render_pieces(t, messages, options)?);
+            return f(&Self::render_pieces(t, messages, options, sanitize, provenance)?);
         }
         let (merged, origin) = policies::merge_consecutive(messages)?;
-        let mut pieces = Self::render_pieces(t, &merged, options)
+        let mut pieces = Self::render_pieces(t, &merged, options, sanitize, provenance)
             .map_err(|e| policies::remap_error(e, &origin))?;
         pieces.remap_messages(&origin);
         f(&pieces)
@@ -404,7 +690,7 @@ impl Encoder {
     pub fn render(&self, messages: &[Message], options: &EncodeOptions) -> Result<String> {
         match &self.backend {
             Backend::Template(t) => {
-                Self::with_pieces(t, messages, options, |pieces| Ok(pieces.render()))
+                Self::with_pieces(t, messages, options, false, false, |pieces| Ok(pieces.render()))
             }
             Backend::MistralCommon(mc) => {
                 Self::mistral_common_options(options)?;
@@ -447,9 +733,15 @@ impl Encoder {
                     sanitizer: options.sanitize_control_tokens.then_some(&t.control_tokens),
                     newline_ids: &t.newline_ids,
                 };
-                Self::with_pieces(t, messages, options, |pieces| {
-                    encoder.encode(pieces.as_slice(), tracking, out)
-                })
+                let provenance = tracking.message_indices || tracking.from_content;
+                Self::with_pieces(
+                    t,
+                    messages,
+                    options,
+                    options.sanitize_control_tokens,
+                    provenance,
+                    |pieces| encoder.encode(pieces.as_slice(), tracking, out),
+                )
             }
             Backend::MistralCommon(mc) => {
                 Self::mistral_common_options(options)?;
@@ -468,6 +760,41 @@ impl Encoder {
     ) -> Result<Batch> {
         batch::encode_batch(self, conversations, options, num_threads)
     }
+}
+
+/// Probe the native formats against the checkpoint's template (the officially matching one
+/// first) and take the first that reproduces it; otherwise the generic path.
+fn choose_format(
+    checkpoint: &Checkpoint,
+    jinja: &JinjaFormat,
+    official: Option<&'static str>,
+) -> (Renderer, FormatChoice) {
+    let mut rejected = Vec::new();
+    let candidates = official.into_iter().chain(
+        formats::FORMAT_NAMES
+            .iter()
+            .copied()
+            .filter(|n| Some(*n) != official),
+    );
+    for name in candidates {
+        let Ok(native) = formats::build(name, checkpoint) else {
+            continue; // the vocabulary lacks the format's tokens
+        };
+        let report = probes::check(native.as_ref(), jinja);
+        match &report.difference {
+            None => {
+                return (
+                    Renderer::Native(native),
+                    FormatChoice::Probed {
+                        report,
+                        official: None,
+                    },
+                )
+            }
+            Some(d) => rejected.push((name, format!("probe \"{}\" differs {}", d.probe, d.detail))),
+        }
+    }
+    (Renderer::Jinja, FormatChoice::Generic { rejected })
 }
 
 #[cfg(test)]

@@ -37,19 +37,22 @@ pub mod encoder;
 pub mod encoding;
 pub mod error;
 pub mod formats;
+pub mod generic;
 pub mod lint;
 pub mod message;
 pub mod mistral_common;
 pub mod pieces;
 pub mod policies;
+pub mod probes;
 pub mod pystr;
+pub mod template;
 pub mod text;
 
 #[cfg(feature = "python")]
 mod python;
 
 pub use batch::Batch;
-pub use encoder::{EncodeOptions, Encoder, FormatChoice};
+pub use encoder::{EncodeOptions, Encoder, FormatChoice, LoadOptions};
 pub use encoding::{EncodedChat, Tracking};
 pub use error::{Error, Result, TemplateError};
 pub use message::{Content, ContentPart, Message, TemplateValue};

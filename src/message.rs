@@ -23,7 +23,7 @@ pub enum Content {
 }
 
 /// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Message {
     /// The role string, passed through as given (`"user"`, `"assistant"`, `"system"`, ...).
     pub role: String,
@@ -36,6 +36,10 @@ pub struct Message {
     /// lists (`None` when `tool_calls` is not a list). Tool calls are rendered by a later
     /// version of the formats; today every format rejects them explicitly.
     pub tool_calls: Option<Option<usize>>,
+    /// The message exactly as the caller passed it (every key, `None` values dropped), when
+    /// the caller provided it. The generic Jinja path renders from this, so templates see
+    /// keys the fields above do not model (`tool_call_id`, `name`, tool call arguments...).
+    pub raw: Option<std::sync::Arc<serde_json::Map<String, serde_json::Value>>>,
 }
 
 impl Message {
@@ -59,7 +63,7 @@ impl Message {
 
 /// A value passed to the template as a keyword argument (`date_string=...`,
 /// `enable_thinking=...`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TemplateValue {
     /// A string.
     Str(String),
@@ -69,6 +73,9 @@ pub enum TemplateValue {
     Int(i64),
     /// Python's `None`.
     None,
+    /// Any other JSON-like value (float, list, dict), passed through to the generic Jinja
+    /// path; native formats reject it.
+    Json(serde_json::Value),
 }
 
 impl TemplateValue {
@@ -79,6 +86,23 @@ impl TemplateValue {
             TemplateValue::Bool(_) => "bool",
             TemplateValue::Int(_) => "int",
             TemplateValue::None => "None",
+            TemplateValue::Json(serde_json::Value::Number(_)) => "float",
+            TemplateValue::Json(serde_json::Value::Array(_)) => "list",
+            TemplateValue::Json(serde_json::Value::Object(_)) => "dict",
+            TemplateValue::Json(_) => "value",
+        }
+    }
+}
+
+impl TemplateValue {
+    /// The value as JSON, as the template sees it.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            TemplateValue::Str(s) => serde_json::Value::String(s.clone()),
+            TemplateValue::Bool(b) => serde_json::Value::Bool(*b),
+            TemplateValue::Int(i) => serde_json::Value::from(*i),
+            TemplateValue::None => serde_json::Value::Null,
+            TemplateValue::Json(v) => v.clone(),
         }
     }
 }

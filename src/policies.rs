@@ -39,11 +39,23 @@ pub fn merge_consecutive(
                 ));
             }
         }
+        for (index, message) in [(first, merged.last().expect("previous")), (i, m)] {
+            if let Some(key) = extra_key(message) {
+                return Err(TemplateError::at(
+                    index,
+                    format!("merge_consecutive cannot merge a message with the key {key:?} (only role and content)"),
+                ));
+            }
+        }
         let prev = merged.last_mut().expect("a previous message");
         match (&mut prev.content, &m.content) {
             (Some(Content::Text(a)), Some(Content::Text(b))) => {
                 a.push_str(MERGE_SEPARATOR);
                 a.push_str(b);
+                if let Some(raw) = &mut prev.raw {
+                    std::sync::Arc::make_mut(raw)
+                        .insert("content".into(), serde_json::Value::String(a.clone()));
+                }
             }
             _ => {
                 return Err(TemplateError::at(
@@ -54,6 +66,16 @@ pub fn merge_consecutive(
         }
     }
     Ok((merged, origin))
+}
+
+/// A key of the caller's message dict other than `role` and `content`, if any.
+fn extra_key(message: &Message) -> Option<&str> {
+    message
+        .raw
+        .as_ref()?
+        .keys()
+        .map(String::as_str)
+        .find(|k| !matches!(*k, "role" | "content"))
 }
 
 /// Point an error about a merged message at the original message it starts with.

@@ -11,14 +11,15 @@ use numpy::{IntoPyArray, PyArray1};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::encoder::{EncodeOptions, Encoder, Route};
+use crate::encoder::{EncodeOptions, Encoder, LoadOptions, Route};
 use crate::encoding::Tracking;
 use crate::error::{Error, TemplateError};
 use crate::formats::{SystemPolicy, TemplateArgs};
 use crate::lint::LintContext;
 use crate::message::{Content, ContentPart, Message, TemplateValue};
+use crate::template::DateTime;
 
 create_exception!(
     _core,
@@ -128,7 +129,7 @@ fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, Templa
 
 /// One message dict, with transformers' preprocessing: `None` values count as missing, and
 /// the reasoning aliases fold into `reasoning_content`.
-fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, TemplateError> {
+fn message_from_py(obj: &Bound<'_, PyAny>, i: usize, raw: bool) -> Result<Message, TemplateError> {
     let Ok(dict) = obj.cast::<PyDict>() else {
         return Err(TemplateError::at(
             i,
@@ -139,6 +140,9 @@ fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, Template
         ));
     };
     let field = |key: &str| get(dict, key).map_err(|e| TemplateError::at(i, e.to_string()));
+    if raw {
+        return raw_message_from_py(dict, i);
+    }
     let role = match field("role")? {
         Some(r) => string_field(&r, i, "role")?,
         None => return Err(TemplateError::at(i, "the message has no 'role'")),
@@ -159,7 +163,102 @@ fn message_from_py(obj: &Bound<'_, PyAny>, i: usize) -> Result<Message, Template
         content,
         reasoning_content,
         tool_calls,
+        raw: None,
     })
+}
+
+/// A message for the generic path: the whole dict as JSON (`None` values dropped, as
+/// transformers does), plus the fields chatids reads itself, parsed leniently (the template
+/// decides what it accepts).
+fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, TemplateError> {
+    let mut map = serde_json::Map::new();
+    for (key, value) in dict.iter() {
+        if value.is_none() {
+            continue;
+        }
+        let Ok(key) = key.extract::<String>() else {
+            return Err(TemplateError::at(i, "message keys must be str"));
+        };
+        let json = json_from_py(&value, &key).map_err(|e| TemplateError::at(i, e))?;
+        map.insert(key, json);
+    }
+    let role = map
+        .get("role")
+        .and_then(|r| r.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let field = |key: &str| get(dict, key).ok().flatten();
+    let content = field("content").and_then(|c| content_from_py(&c, i).ok());
+    let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
+        .iter()
+        .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
+    let tool_calls = field("tool_calls").map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    Ok(Message {
+        role,
+        content,
+        reasoning_content,
+        tool_calls,
+        raw: Some(Arc::new(map)),
+    })
+}
+
+/// A Python value as JSON (str, int, float, bool, None, lists/tuples and str-keyed dicts);
+/// `path` names it in errors.
+fn json_from_py(value: &Bound<'_, PyAny>, path: &str) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(i) = value.extract::<i64>() {
+            return Ok(Value::from(i));
+        }
+        if let Ok(u) = value.extract::<u64>() {
+            return Ok(Value::from(u));
+        }
+        return Err(format!("{path}: integer out of range"));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        return serde_json::Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| format!("{path}: {} cannot be passed to a template", f.value()));
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return s
+            .to_cow()
+            .map(|c| Value::String(c.into_owned()))
+            .map_err(|e| format!("{path}: not valid text: {e}"));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut map = serde_json::Map::new();
+        for (k, v) in dict.iter() {
+            let Ok(k) = k.extract::<String>() else {
+                return Err(format!("{path}: dict keys must be str"));
+            };
+            let inner = json_from_py(&v, &format!("{path}.{k}"))?;
+            map.insert(k, inner);
+        }
+        return Ok(Value::Object(map));
+    }
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = value.cast::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = value.cast::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        return Err(format!(
+            "{path}: a {} cannot be passed to a template (use str, int, float, bool, None, list or dict)",
+            type_name(value)
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(j, v)| json_from_py(v, &format!("{path}[{j}]")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
 }
 
 /// The items of a list or tuple; `what` names the expected value in the error.
@@ -179,11 +278,11 @@ fn sequence_items<'py>(
     }
 }
 
-fn messages_from_py(obj: &Bound<'_, PyAny>) -> Result<Vec<Message>, TemplateError> {
+fn messages_from_py(obj: &Bound<'_, PyAny>, raw: bool) -> Result<Vec<Message>, TemplateError> {
     sequence_items(obj, "messages must be a list of dicts")?
         .iter()
         .enumerate()
-        .map(|(i, m)| message_from_py(m, i))
+        .map(|(i, m)| message_from_py(m, i, raw))
         .collect()
 }
 
@@ -192,7 +291,7 @@ fn request(
     messages: &Bound<'_, PyAny>,
     call: CallOptions<'_, '_>,
 ) -> PyResult<(Vec<Message>, EncodeOptions)> {
-    let messages = messages_from_py(messages).map_err(|e| to_py_err(e.into()))?;
+    let messages = messages_from_py(messages, call.raw).map_err(|e| to_py_err(e.into()))?;
     Ok((messages, options(call)?))
 }
 
@@ -222,14 +321,23 @@ fn kwargs_from_py(kwargs: Option<&Bound<'_, PyDict>>) -> Result<TemplateArgs, Te
                     .map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?,
             )
         } else {
-            return Err(TemplateError::whole(format!(
-                "template argument {name} has type {}; chatids passes str, bool, int and None",
-                type_name(&value)
-            )));
+            TemplateValue::Json(json_from_py(&value, &name).map_err(TemplateError::whole)?)
         };
         args.insert(name, v);
     }
     Ok(args)
+}
+
+/// A `(year, month, day, hour, minute, second)` tuple from Python as the template's clock.
+fn clock((year, month, day, hour, minute, second): (i32, u32, u32, u32, u32, u32)) -> DateTime {
+    DateTime {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+    }
 }
 
 /// The options of one call. `system` and `merge_consecutive` are chatids' input policies.
@@ -239,6 +347,10 @@ struct CallOptions<'a, 'py> {
     kwargs: Option<&'a Bound<'py, PyDict>>,
     system: Option<&'a str>,
     merge_consecutive: bool,
+    /// Keep each message's whole dict (the generic path renders from it).
+    raw: bool,
+    /// `strftime_now()` for the generic path: (year, month, day, hour, minute, second).
+    now: Option<(i32, u32, u32, u32, u32, u32)>,
 }
 
 fn options(call: CallOptions<'_, '_>) -> PyResult<EncodeOptions> {
@@ -249,6 +361,7 @@ fn options(call: CallOptions<'_, '_>) -> PyResult<EncodeOptions> {
             kwargs: kwargs_from_py(call.kwargs)?,
             system: SystemPolicy::parse(call.system)?,
             merge_consecutive: call.merge_consecutive,
+            now: call.now.map(clock),
         })
     };
     convert().map_err(|e| to_py_err(e.into()))
@@ -264,17 +377,27 @@ struct PyEncoder {
 impl PyEncoder {
     /// Load a checkpoint directory; `format` forces a native format.
     #[staticmethod]
-    #[pyo3(signature = (path, format=None, reference=None))]
+    #[pyo3(signature = (path, format=None, reference=None, chat_template=None, allow_external=false))]
     fn from_pretrained(
         py: Python<'_>,
         path: std::path::PathBuf,
         format: Option<String>,
         reference: Option<String>,
+        chat_template: Option<String>,
+        allow_external: bool,
     ) -> PyResult<Self> {
         let encoder = py.detach(|| {
             guarded(|| {
-                let route = reference.as_deref().map(Route::parse).transpose()?;
-                Encoder::load(&path, format.as_deref(), route)
+                let reference = reference.as_deref().map(Route::parse).transpose()?;
+                Encoder::load_with(
+                    &path,
+                    &LoadOptions {
+                        format: format.as_deref(),
+                        reference,
+                        chat_template: chat_template.as_deref(),
+                        allow_external,
+                    },
+                )
             })
         })?;
         Ok(PyEncoder {
@@ -322,6 +445,58 @@ impl PyEncoder {
         self.inner.explain()
     }
 
+    /// Whether the template must be rendered in Python (chatids' engine cannot compile it).
+    #[getter]
+    fn needs_external_renderer(&self) -> bool {
+        self.inner.needs_external_renderer()
+    }
+
+    /// The chat template in use (transformers route), or None.
+    #[getter]
+    fn chat_template(&self) -> Option<String> {
+        self.inner.chat_template().map(str::to_string)
+    }
+
+    /// The special-token variables templates see (transformers' `special_tokens_map`).
+    #[getter]
+    fn special_tokens_map(&self) -> Vec<(String, String)> {
+        self.inner.special_tokens_map().to_vec()
+    }
+
+    /// Encode prompts rendered outside the core (see `Encoder::encode_rendered`), in parallel.
+    #[pyo3(signature = (texts, marked))]
+    #[allow(clippy::type_complexity)]
+    fn encode_rendered_batch<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        marked: bool,
+    ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
+        use rayon::prelude::*;
+        let encoded = py.detach(|| {
+            guarded(|| {
+                texts
+                    .par_iter()
+                    .map(|t| self.inner.encode_rendered(t, marked))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+        })?;
+        let mut offsets = Vec::with_capacity(encoded.len() + 1);
+        offsets.push(0i64);
+        let mut ids = Vec::new();
+        for one in encoded {
+            ids.extend_from_slice(&one);
+            offsets.push(ids.len() as i64);
+        }
+        Ok((ids.into_pyarray(py), offsets.into_pyarray(py)))
+    }
+
+    /// Whether rendering calls the template's `strftime_now()` (pass `now`).
+    #[getter]
+    fn reads_clock(&self) -> bool {
+        self.inner.reads_clock()
+    }
+
     /// `"transformers"` or `"mistral-common"`: the reference this encoder reproduces.
     #[getter]
     fn reference(&self) -> &'static str {
@@ -331,7 +506,7 @@ impl PyEncoder {
         }
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None))]
     #[allow(clippy::too_many_arguments)]
     fn encode<'py>(
         &self,
@@ -342,6 +517,7 @@ impl PyEncoder {
         kwargs: Option<&Bound<'py, PyDict>>,
         system: Option<&str>,
         merge_consecutive: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let (messages, options) = request(
             messages,
@@ -351,13 +527,15 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
+                raw: self.inner.is_generic(),
+                now,
             },
         )?;
         let ids = py.detach(|| guarded(|| self.inner.encode(&messages, &options)))?;
         Ok(ids.into_pyarray(py))
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_detailed<'py>(
         &self,
@@ -368,6 +546,7 @@ impl PyEncoder {
         kwargs: Option<&Bound<'py, PyDict>>,
         system: Option<&str>,
         merge_consecutive: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
     ) -> PyResult<(
         Bound<'py, PyArray1<u32>>,
         Bound<'py, PyArray1<i32>>,
@@ -381,6 +560,8 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
+                raw: self.inner.is_generic(),
+                now,
             },
         )?;
         let tracking = Tracking {
@@ -396,7 +577,8 @@ impl PyEncoder {
         ))
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, now=None))]
+    #[allow(clippy::too_many_arguments)]
     fn render(
         &self,
         py: Python<'_>,
@@ -405,6 +587,7 @@ impl PyEncoder {
         kwargs: Option<&Bound<'_, PyDict>>,
         system: Option<&str>,
         merge_consecutive: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
     ) -> PyResult<String> {
         let (messages, options) = request(
             messages,
@@ -414,12 +597,14 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
+                raw: self.inner.is_generic(),
+                now,
             },
         )?;
         py.detach(|| guarded(|| self.inner.render(&messages, &options)))
     }
 
-    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false))]
+    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false, now=None))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_batch<'py>(
         &self,
@@ -431,6 +616,7 @@ impl PyEncoder {
         num_threads: Option<usize>,
         system: Option<&str>,
         merge_consecutive: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
         let items = sequence_items(
             conversations,
@@ -440,7 +626,9 @@ impl PyEncoder {
         let convs = items
             .iter()
             .enumerate()
-            .map(|(c, conv)| messages_from_py(conv).map_err(|e| e.in_conversation(c)))
+            .map(|(c, conv)| {
+                messages_from_py(conv, self.inner.is_generic()).map_err(|e| e.in_conversation(c))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| to_py_err(e.into()))?;
         let options = options(CallOptions {
@@ -449,6 +637,8 @@ impl PyEncoder {
             kwargs,
             system,
             merge_consecutive,
+            raw: false,
+            now,
         })?;
         let batch =
             py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
@@ -456,7 +646,7 @@ impl PyEncoder {
     }
 
     /// Findings as `(code, message index or None, explanation)` tuples.
-    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, for_generation=false, add_special_tokens=false))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, for_generation=false, add_special_tokens=false, now=None))]
     #[allow(clippy::too_many_arguments)]
     fn lint(
         &self,
@@ -468,6 +658,7 @@ impl PyEncoder {
         merge_consecutive: bool,
         for_generation: bool,
         add_special_tokens: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
     ) -> PyResult<Vec<(&'static str, Option<usize>, String)>> {
         let (messages, options) = request(
             messages,
@@ -477,6 +668,8 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
+                raw: self.inner.is_generic(),
+                now,
             },
         )?;
         let context = LintContext {
@@ -537,11 +730,55 @@ fn _tekken_encode(
     })
 }
 
+/// Render a chat template with the chatids Jinja engine (a test hook for `template`):
+/// `context_json` is a JSON object of top-level variables, `now` what `strftime_now()` reads.
+/// Errors are `ValueError`s: "compile: ...", "raised: <message>", "needs clock", "failed: ...".
+#[pyfunction]
+#[pyo3(signature = (template, context_json, now=None))]
+fn _jinja_render(
+    py: Python<'_>,
+    template: &str,
+    context_json: &str,
+    now: Option<(i32, u32, u32, u32, u32, u32)>,
+) -> PyResult<String> {
+    use crate::template::{ChatTemplate, RenderError};
+    let context: serde_json::Map<String, serde_json::Value> = serde_json::from_str(context_json)
+        .map_err(|e| PyValueError::new_err(format!("context_json: {e}")))?;
+    let now = now.map(clock);
+    py.detach(|| {
+        let t = ChatTemplate::compile(template).map_err(|e| format!("compile: {e}"))?;
+        t.render(&context, now).map_err(|e| match e {
+            RenderError::Raised(m) => format!("raised: {m}"),
+            RenderError::NeedsClock => "needs clock".to_string(),
+            RenderError::Failed(m) => format!("failed: {m}"),
+        })
+    })
+    .map_err(PyValueError::new_err)
+}
+
+/// The tokenizer chatids rebuilds from a GGUF file (serialized as `tokenizer.json`) and the
+/// file's chat template (a test hook for `checkpoint::gguf`).
+#[pyfunction]
+fn _gguf_tokenizer_json(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(String, String)> {
+    py.detach(|| {
+        guarded(|| {
+            let checkpoint = crate::checkpoint::gguf::load(&path)?;
+            let json = checkpoint
+                .tokenizer
+                .to_string(false)
+                .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            Ok((json, checkpoint.chat_template))
+        })
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEncoder>()?;
     m.add_function(wrap_pyfunction!(_sentencepiece_encode, m)?)?;
     m.add_function(wrap_pyfunction!(_tekken_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(_jinja_render, m)?)?;
+    m.add_function(wrap_pyfunction!(_gguf_tokenizer_json, m)?)?;
     m.add("ChatTemplateError", m.py().get_type::<ChatTemplateError>())?;
     m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -12,7 +12,7 @@ import glob
 import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -38,6 +38,9 @@ MODELS: dict[str, tuple[str, str]] = {
     "mistral-small-24b-instruct-2501": ("mistral-v7-tekken", "mistralai/Mistral-Small-24B-Instruct-2501"),
     "gemma-2-it-on-gemma3-tokenizer": ("gemma", "google/gemma-2-2b-it"),
     "gemma-3-it": ("gemma-3", "google/gemma-3-4b-it"),
+    # No native format reproduces these templates: the generic (Jinja) path serves them.
+    "deepseek-v3": ("jinja", "deepseek-ai/DeepSeek-V3"),
+    "gpt-oss-120b": ("jinja", "openai/gpt-oss-120b"),
 }
 MODEL_NAMES = list(MODELS)
 
@@ -79,6 +82,30 @@ def model_path(name: str) -> tuple[Optional[Path], str]:
     except Exception as e:  # not in the local cache
         reason += f"; {MODELS[name][1]} is not in the Hugging Face cache ({type(e).__name__})"
     return None, reason
+
+
+def missing(message: str) -> None:
+    """Skip with ``message`` locally; fail under ``.ci/run`` (``CHATIDS_REQUIRE_MODELS=1``)."""
+    import pytest
+
+    if require_models():
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_model_path(name: str) -> Path:
+    """The directory of checkpoint ``name``; skips (or fails in CI) when it is missing."""
+    path, reason = model_path(name)
+    if path is None:
+        missing(f"model {name} not found: {reason}")
+    assert path is not None
+    return path
+
+
+def require_corpus(corpus_file: str) -> None:
+    """Skips (or fails in CI) when the conversation corpus is missing."""
+    if corpus_file == "<no corpus>":
+        missing(f"conversation corpus not found: {data_dir()[1]}")
 
 
 def data_dir() -> tuple[Optional[Path], str]:
@@ -128,9 +155,14 @@ class Model:
     path: Path
     enc: chatids.Encoder
     tok: Any  # transformers tokenizer
+    #: Extra arguments for chatids only (the frozen clock on the generic path).
+    ours_extra: dict[str, Any] = field(default_factory=dict)
 
     def kwargs(self) -> dict[str, Any]:
         return template_kwargs(self.format)
+
+    def ours_kwargs(self, **kw: Any) -> dict[str, Any]:
+        return {**self.kwargs(), **self.ours_extra, **kw}
 
     def ref_ids(self, messages, add_generation_prompt=False, sanitize=True, **kw) -> list[int]:
         """transformers' ids: the golden expectation."""
@@ -152,11 +184,11 @@ class Model:
 
     def ids(self, messages, add_generation_prompt=False, sanitize=True, **kw) -> list[int]:
         return self.enc.encode(
-            messages, add_generation_prompt=add_generation_prompt, sanitize_control_tokens=sanitize, **{**self.kwargs(), **kw}
+            messages, add_generation_prompt=add_generation_prompt, sanitize_control_tokens=sanitize, **self.ours_kwargs(**kw)
         ).tolist()
 
     def text(self, messages, add_generation_prompt=False, **kw) -> str:
-        return self.enc.render(messages, add_generation_prompt=add_generation_prompt, **{**self.kwargs(), **kw})
+        return self.enc.render(messages, add_generation_prompt=add_generation_prompt, **self.ours_kwargs(**kw))
 
 
 def template_kwargs(fmt: str) -> dict[str, Any]:
@@ -181,31 +213,38 @@ def freeze_transformers_clock() -> None:
     ctu.datetime = Frozen
 
 
-_LOADED: dict[str, Model] = {}
+_LOADED: dict[tuple[str, bool], Model] = {}
 
 
-def load_model(name: str) -> Model:
-    """Load checkpoint ``name`` with chatids and transformers (cached per session)."""
-    if name not in _LOADED:
+def load_model(name: str, generic: bool = False) -> Model:
+    """Load checkpoint ``name`` with chatids and transformers (cached per session).
+
+    ``generic=True`` forces chatids' generic (Jinja) path with the frozen clock.
+    """
+    key = (name, generic)
+    if key not in _LOADED:
         import pytest
 
-        path, reason = model_path(name)
-        if path is None:
-            message = f"model {name} not found: {reason}"
-            if require_models():
-                pytest.fail(message)
-            pytest.skip(message)
+        path = require_model_path(name)
         from transformers import AutoTokenizer
 
+        import datetime as dt
+
         freeze_transformers_clock()
-        _LOADED[name] = Model(
-            name=name,
-            format=MODELS[name][0],
+        tok = _TOKENIZERS.get(name) or AutoTokenizer.from_pretrained(str(path))
+        _TOKENIZERS[name] = tok
+        _LOADED[key] = Model(
+            name=f"{name} [jinja]" if generic else name,
+            format="jinja" if generic else MODELS[name][0],
             path=path,
-            enc=chatids.Encoder.from_pretrained(path),
-            tok=AutoTokenizer.from_pretrained(str(path)),
+            enc=chatids.Encoder.from_pretrained(path, format="jinja") if generic else chatids.Encoder.from_pretrained(path),
+            tok=tok,
+            ours_extra={"now": dt.datetime(*FROZEN_NOW)},
         )
-    return _LOADED[name]
+    return _LOADED[key]
+
+
+_TOKENIZERS: dict[str, Any] = {}
 
 
 # --- Where chatids deliberately differs from transformers (each pinned in test_deviations.py) ---
@@ -264,6 +303,7 @@ POLICY_PATTERNS = [
         r"the gemma-3 template keeps only the first part of a system message",
         r"the message has no 'content'",
         r"takes string content; its template does not read a list of content parts",
+        r"a lone sanitizer marker",
     )
 ]
 
@@ -284,7 +324,7 @@ def _first_difference(a: list[int], b: list[int]) -> str:
     return f"lengths differ: chatids {len(a)} vs transformers {len(b)}"
 
 
-def compare(model: Model, messages: list[dict], add_generation_prompt: bool) -> Outcome:
+def compare(model: Model, messages: list[dict], add_generation_prompt: bool, tools: Optional[list] = None) -> Outcome:
     """Compare chatids with transformers on one case; raise AssertionError on any mismatch.
 
     Text (``render``) and ids in both sanitize modes must be equal to transformers', except in
@@ -293,44 +333,45 @@ def compare(model: Model, messages: list[dict], add_generation_prompt: bool) -> 
     refuses, the reason must be one of :data:`POLICY_PATTERNS`.
     """
     agp = add_generation_prompt
+    kw: dict[str, Any] = {} if tools is None else {"tools": tools}
     try:
-        ref_text = model.ref_text(messages, agp)
+        ref_text = model.ref_text(messages, agp, **kw)
     except Exception as e:  # the template itself rejects the conversation
         try:
-            model.text(messages, agp)
+            model.text(messages, agp, **kw)
         except chatids.ChatTemplateError:
             return Outcome("rejected_by_template", f"{type(e).__name__}: {e}")
         raise AssertionError(f"transformers raised {type(e).__name__}: {e}, chatids rendered the conversation")
     try:
-        text = model.text(messages, agp)
+        text = model.text(messages, agp, **kw)
     except chatids.ChatTemplateError as e:
         reason = str(e)
         assert any(p.search(reason) for p in POLICY_PATTERNS), f"chatids refused with an undocumented reason: {reason}"
         # Every entry point refuses it the same way.
         for sanitize in (False, True):
             try:
-                model.ids(messages, agp, sanitize)
+                model.ids(messages, agp, sanitize, **kw)
             except chatids.ChatTemplateError:
                 continue
             raise AssertionError("render refused the conversation but encode accepted it")
         return Outcome("rejected_by_policy", re.sub(r"^message \d+: ", "", reason))
     assert text == ref_text, f"render differs:\nchatids:      {text[:300]!r}\ntransformers: {ref_text[:300]!r}"
     expected: dict[bool, list[int]] = {}
-    ref_plain = model.ref_ids(messages, agp, sanitize=False)
-    ours_plain = model.ids(messages, agp, sanitize=False)
+    ref_plain = model.ref_ids(messages, agp, sanitize=False, **kw)
+    ours_plain = model.ids(messages, agp, sanitize=False, **kw)
     assert ours_plain == ref_plain, "sanitize=False: " + _first_difference(ours_plain, ref_plain)
     expected[False] = ref_plain
-    ours = model.ids(messages, agp, sanitize=True)
+    ours = model.ids(messages, agp, sanitize=True, **kw)
     deviation = known_deviation(model.format, messages, sanitize=True)
     if deviation is None:
-        ref = model.ref_ids(messages, agp, sanitize=True)
+        ref = model.ref_ids(messages, agp, sanitize=True, **kw)
         assert ours == ref, "sanitize=True: " + _first_difference(ours, ref)
         expected[True] = ref
         return Outcome("compared", expected=expected)
     # Documented deviation: no control id from content, and where nothing is left to
     # sanitize after the template's own string handling, the plain encoding.
-    assert_no_control_from_content(model, messages, agp)
-    detailed_plain = model.enc.encode_detailed(messages, agp, False, **model.kwargs())
+    assert_no_control_from_content(model, messages, agp, **kw)
+    detailed_plain = model.enc.encode_detailed(messages, agp, False, **model.ours_kwargs(**kw))
     ctrl = control_ids(model)
     if not any(int(i) in ctrl for i, c in zip(detailed_plain.ids, detailed_plain.from_content) if c):
         assert ours == ref_plain, "deviation case: " + _first_difference(ours, ref_plain)
@@ -338,9 +379,9 @@ def compare(model: Model, messages: list[dict], add_generation_prompt: bool) -> 
     return Outcome("deviation_documented", deviation, expected=expected)
 
 
-def assert_no_control_from_content(model: Model, messages: list[dict], agp: bool) -> None:
+def assert_no_control_from_content(model: Model, messages: list[dict], agp: bool, **kw: Any) -> None:
     """With sanitizing on, no control-token id starts inside caller-supplied text."""
-    detailed = model.enc.encode_detailed(messages, agp, True, **model.kwargs())
+    detailed = model.enc.encode_detailed(messages, agp, True, **model.ours_kwargs(**kw))
     ctrl = control_ids(model)
     leaked = [(i, int(t)) for i, (t, c) in enumerate(zip(detailed.ids, detailed.from_content)) if c and int(t) in ctrl]
     assert not leaked, f"control token ids came out of content: {leaked[:5]}"

@@ -26,21 +26,21 @@ def chat_for(model) -> list[dict]:
 
 def test_encode_returns_uint32_array(model):
     CHAT = chat_for(model)
-    ids = model.enc.encode(CHAT, add_generation_prompt=True, **model.kwargs())
+    ids = model.enc.encode(CHAT, add_generation_prompt=True, **model.ours_kwargs())
     assert isinstance(ids, np.ndarray) and ids.dtype == np.uint32 and ids.ndim == 1
-    assert isinstance(model.enc.render(CHAT, **model.kwargs()), str)
+    assert isinstance(model.enc.render(CHAT, **model.ours_kwargs()), str)
     assert model.enc.format == model.format
 
 
 def test_encode_batch_layout(model):
     CHAT = chat_for(model)
     convs = [CHAT, TURNS[:1], [{"role": "user", "content": "x" * 1000}]] * 7
-    batch = model.enc.encode_batch(convs, add_generation_prompt=True, **model.kwargs())
+    batch = model.enc.encode_batch(convs, add_generation_prompt=True, **model.ours_kwargs())
     assert len(batch) == len(convs)
     assert batch.ids.dtype == np.uint32 and batch.offsets.dtype == np.int64
     assert batch.offsets.shape == (len(convs) + 1,) and batch.offsets[0] == 0 and batch.offsets[-1] == len(batch.ids)
     for i, conv in enumerate(convs):
-        assert np.array_equal(batch[i], model.enc.encode(conv, add_generation_prompt=True, **model.kwargs()))
+        assert np.array_equal(batch[i], model.enc.encode(conv, add_generation_prompt=True, **model.ours_kwargs()))
     assert np.array_equal(batch[-1], batch[len(convs) - 1])
     assert [len(x) for x in batch] == batch.lengths.tolist()
     with pytest.raises(IndexError):
@@ -55,21 +55,21 @@ def test_empty_batch(model):
 def test_thread_counts_agree(model):
     CHAT = chat_for(model)
     convs = [CHAT] * 50 + [TURNS[:1]] * 50
-    one = model.enc.encode_batch(convs, num_threads=1, **model.kwargs())
-    two = model.enc.encode_batch(convs, num_threads=2, **model.kwargs())
-    default = model.enc.encode_batch(convs, **model.kwargs())
+    one = model.enc.encode_batch(convs, num_threads=1, **model.ours_kwargs())
+    two = model.enc.encode_batch(convs, num_threads=2, **model.ours_kwargs())
+    default = model.enc.encode_batch(convs, **model.ours_kwargs())
     assert np.array_equal(one.ids, two.ids) and np.array_equal(one.ids, default.ids)
     assert np.array_equal(one.offsets, two.offsets)
 
 
 def test_many_python_threads_share_one_encoder(model):
     CHAT = chat_for(model)
-    expected = model.enc.encode(CHAT, **model.kwargs())
+    expected = model.enc.encode(CHAT, **model.ours_kwargs())
     errors = []
 
     def work():
         for _ in range(50):
-            if not np.array_equal(model.enc.encode(CHAT, **model.kwargs()), expected):
+            if not np.array_equal(model.enc.encode(CHAT, **model.ours_kwargs()), expected):
                 errors.append("differs")
 
     threads = [threading.Thread(target=work) for _ in range(8)]
@@ -82,8 +82,8 @@ def test_many_python_threads_share_one_encoder(model):
 
 def test_message_indices_follow_the_messages(model):
     CHAT = chat_for(model)
-    detailed = model.enc.encode_detailed(CHAT, add_generation_prompt=True, **model.kwargs())
-    assert detailed.ids.tolist() == model.enc.encode(CHAT, add_generation_prompt=True, **model.kwargs()).tolist()
+    detailed = model.enc.encode_detailed(CHAT, add_generation_prompt=True, **model.ours_kwargs())
+    assert detailed.ids.tolist() == model.enc.encode(CHAT, add_generation_prompt=True, **model.ours_kwargs()).tolist()
     idx = detailed.message_indices
     assert idx.dtype == np.int32 and len(idx) == len(detailed.ids) == len(detailed.from_content)
     # Messages appear in order (a system message folded into a user turn sits inside it);
@@ -117,6 +117,7 @@ def test_stop_token_ids_follow_the_format_documentation(model):
         "mistral-v7-tekken": ["</s>"],
         "gemma": ["<end_of_turn>", "<eos>"],
         "gemma-3": ["<end_of_turn>", "<eos>"],
+        "jinja": [],  # the generic path: the config eos_token and generation_config.json only
     }[model.format] + [model.tok.eos_token]
     expected = sorted(set(model.tok.convert_tokens_to_ids(documented)))
     assert model.enc.stop_token_ids == expected
@@ -144,8 +145,10 @@ def test_tokenizer_pipeline_matches_transformers(model):
 
 def test_explain_names_the_template_source(model):
     text = model.enc.explain()
-    assert text.startswith(f"format {model.format}: the checkpoint's chat template")
-    assert "byte-for-byte" in text
+    assert text.startswith("chat template: the checkpoint's default template (sha256 ")
+    assert f"\nformat {model.format}: " in text
+    if model.format != "jinja":  # every shared checkpoint with a native format carries its official template
+        assert "byte-for-byte the official one of" in text
 
 
 def test_from_pretrained_accepts_paths(model):

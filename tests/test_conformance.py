@@ -20,11 +20,7 @@ FILES = support.corpus_files() or ["<no corpus>"]
 
 @pytest.mark.parametrize("corpus_file", FILES)
 def test_corpus_matches_transformers(model: support.Model, corpus_file: str) -> None:
-    if corpus_file == "<no corpus>":
-        _, reason = support.data_dir()
-        if support.require_models():
-            pytest.fail(f"conversation corpus not found: {reason}")
-        pytest.skip(f"conversation corpus not found: {reason}")
+    support.require_corpus(corpus_file)
     counts = CONFORMANCE[model.name]
     accepted: dict[bool, list[tuple[list[dict], dict[bool, list[int]]]]] = {False: [], True: []}
     for row in support.corpus_rows(corpus_file):
@@ -45,7 +41,7 @@ def test_corpus_matches_transformers(model: support.Model, corpus_file: str) -> 
             continue
         for sanitize in (False, True):
             batch = model.enc.encode_batch(
-                [m for m, _ in cases], add_generation_prompt=agp, sanitize_control_tokens=sanitize, **model.kwargs()
+                [m for m, _ in cases], add_generation_prompt=agp, sanitize_control_tokens=sanitize, **model.ours_kwargs()
             )
             assert len(batch) == len(cases)
             for i, (_, expected) in enumerate(cases):

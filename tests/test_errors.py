@@ -77,8 +77,12 @@ def test_bad_template_arguments(enc, llama31):
         llama31.encode(msgs, date_string=5)
     with pytest.raises(chatids.ChatTemplateError, match=r"has no template argument \"tools\""):
         llama31.encode(msgs, tools=None)
-    with pytest.raises(chatids.ChatTemplateError, match=r"template argument \w+ has type list"):
+    with pytest.raises(chatids.ChatTemplateError, match=r"has no template argument \"foo\""):
         enc.encode(msgs, foo=[1])
+    with pytest.raises(chatids.ChatTemplateError, match="template argument date_string must be a str, not list"):
+        llama31.encode(msgs, date_string=["26 Jul 2024"])
+    with pytest.raises(chatids.ChatTemplateError, match="cannot be passed to a template"):
+        llama31.encode(msgs, date_string=object())
     qwen3 = support.load_model("qwen3-0.6b").enc
     with pytest.raises(chatids.ChatTemplateError, match="enable_thinking must be a bool, not str"):
         qwen3.encode(msgs, add_generation_prompt=True, enable_thinking="no")
@@ -90,7 +94,7 @@ def test_num_threads_must_be_positive(enc):
 
 
 def test_loading_errors(tmp_path):
-    with pytest.raises(chatids.CheckpointError, match="is not a directory"):
+    with pytest.raises(chatids.CheckpointError, match="no such file or directory"):
         chatids.Encoder.from_pretrained(tmp_path / "missing")
     with pytest.raises(chatids.CheckpointError, match="cannot read .*tokenizer_config.json"):
         chatids.Encoder.from_pretrained(tmp_path)
@@ -111,10 +115,11 @@ def test_a_modified_template_is_not_given_the_stock_format(tmp_path):
     m = support.load_model("qwen2.5-7b-instruct")
     template = m.tok.chat_template.replace("You are Qwen, created by Alibaba Cloud.", "You are Bob.")
     _copy_with_template(m.path, tmp_path / "ft", template)
-    with pytest.raises(chatids.CheckpointError, match="is not one that chatids reproduces natively"):
-        chatids.Encoder.from_pretrained(tmp_path / "ft")
+    served = chatids.Encoder.from_pretrained(tmp_path / "ft")
+    assert served.format == "jinja"
+    assert 'not qwen2.5: probe "one user turn" differs' in served.explain()
     forced = chatids.Encoder.from_pretrained(tmp_path / "ft", format="qwen2.5")
-    assert "NOT this format's official template" in forced.explain()
+    assert "does NOT reproduce the checkpoint's template" in forced.explain()
 
 
 def test_a_template_file_overrides_the_config(tmp_path):

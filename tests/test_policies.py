@@ -126,6 +126,6 @@ def test_lint_finds_nothing_wrong_with_a_clean_conversation(model):
     """Only the format's documented behaviour is reported for a well-formed conversation."""
     turns = TURNS if model.format == "gemma" else [SYS] + TURNS
     agp = model.format not in support.IGNORES_GENERATION_PROMPT
-    findings = model.enc.lint(turns, add_generation_prompt=agp, for_generation=True, **model.kwargs())
+    findings = model.enc.lint(turns, add_generation_prompt=agp, for_generation=True, **model.ours_kwargs())
     unexpected = [str(f) for f in findings if f.code not in ("system-folded", "role-renamed")]
     assert not unexpected

@@ -16,10 +16,30 @@ class CheckpointError(ValueError):
 
 def _sentencepiece_encode(model_path: str, texts: list[str]) -> list[list[int]]: ...
 def _tekken_encode(model_path: str, texts: list[str]) -> list[list[int]]: ...
+def _jinja_render(template: str, context_json: str, now: Optional[tuple[int, int, int, int, int, int]] = None) -> str: ...
+def _gguf_tokenizer_json(path: str) -> tuple[str, str]: ...
+
+#: (year, month, day, hour, minute, second) for the template's strftime_now().
+Clock = tuple[int, int, int, int, int, int]
 
 class Encoder:
     @staticmethod
-    def from_pretrained(path: str, format: Optional[str] = None, reference: Optional[str] = None) -> Encoder: ...
+    def from_pretrained(
+        path: str,
+        format: Optional[str] = None,
+        reference: Optional[str] = None,
+        chat_template: Optional[str] = None,
+        allow_external: bool = False,
+    ) -> Encoder: ...
+    @property
+    def needs_external_renderer(self) -> bool: ...
+    @property
+    def chat_template(self) -> Optional[str]: ...
+    @property
+    def special_tokens_map(self) -> list[tuple[str, str]]: ...
+    def encode_rendered_batch(self, texts: list[str], marked: bool) -> tuple[np.ndarray, np.ndarray]: ...
+    @property
+    def reads_clock(self) -> bool: ...
     @property
     def reference(self) -> str: ...
     @property
@@ -40,6 +60,7 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        now: Optional[Clock] = None,
     ) -> np.ndarray: ...
     def encode_detailed(
         self,
@@ -49,6 +70,7 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        now: Optional[Clock] = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def render(
         self,
@@ -57,6 +79,7 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        now: Optional[Clock] = None,
     ) -> str: ...
     def lint(
         self,
@@ -67,6 +90,7 @@ class Encoder:
         merge_consecutive: bool = False,
         for_generation: bool = False,
         add_special_tokens: bool = False,
+        now: Optional[Clock] = None,
     ) -> list[tuple[str, Optional[int], str]]: ...
     def encode_batch(
         self,
@@ -77,4 +101,5 @@ class Encoder:
         num_threads: Optional[int] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        now: Optional[Clock] = None,
     ) -> tuple[np.ndarray, np.ndarray]: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -10,6 +11,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import _core
+from ._core import ChatTemplateError
 
 #: The native formats of the transformers route, by name.
 FORMATS: tuple[str, ...] = tuple(_core.FORMATS)
@@ -108,32 +110,56 @@ class Encoder:
 
     def __init__(self, core: _core.Encoder) -> None:
         self._core = core
+        self._fallback: Optional[Any] = None
+        if core.needs_external_renderer:
+            from ._jinja2_fallback import Jinja2Renderer
+
+            warnings.warn(
+                "chatids' Jinja engine cannot compile this chat template; rendering it with Python's jinja2 "
+                "(slower, GIL-bound; ids are still exact). See Encoder.explain().",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._fallback = Jinja2Renderer(
+                core.chat_template or "", core.special_tokens_map, [text for text, _ in core.control_tokens]
+            )
 
     @classmethod
     def from_pretrained(
         cls,
-        path: Union[str, os.PathLike],
+        path_or_repo_id: Union[str, os.PathLike],
         *,
         format: Optional[str] = None,
         reference: Optional[str] = None,
+        chat_template: Optional[str] = None,
+        revision: Optional[str] = None,
+        allow_download: bool = False,
     ) -> "Encoder":
-        """Load a local checkpoint directory.
+        """Load a checkpoint: a local directory, a GGUF file, or a Hugging Face repo id.
+
+        A repo id resolves through the local Hugging Face cache (``huggingface_hub``); nothing
+        is downloaded unless ``allow_download=True``.
 
         Two routes, each exact against its own reference:
 
-        * ``reference="transformers"``: ``tokenizer.json`` + ``tokenizer_config.json`` and a
-          native format that reproduces the checkpoint's chat template, equal to transformers'
-          ``apply_chat_template``. The format is chosen from the template: it must be byte for
-          byte one of the official templates chatids reproduces, or :class:`CheckpointError` is
-          raised; ``format=`` forces one (see :meth:`explain`).
+        * ``reference="transformers"``: ``tokenizer.json`` + ``tokenizer_config.json`` (or the
+          GGUF file's tokenizer metadata) and the checkpoint's own chat template, equal to
+          transformers' ``apply_chat_template``. A native format renders it when it reproduces
+          the template on every probe conversation; otherwise chatids' Jinja engine renders the
+          template itself (``format == "jinja"``). :meth:`explain` says which and why.
+          ``format=`` forces a native format, or ``"jinja"`` the generic path;
+          ``chat_template=`` picks one of the checkpoint's named templates or replaces the
+          template with the given text.
         * ``reference="mistral-common"``: the directory's ``tekken.json`` or
           ``tokenizer.model.v1/v2/v3/v7``, encoded exactly as Mistral's own library
           ``mistral-common`` (``encode_chat_completion``) does.
 
         The default is the mistral-common route when the directory holds such a file (as
-        Mistral's repositories do), the transformers route otherwise.
+        Mistral's repositories do) and no ``format``/``chat_template`` is given, the
+        transformers route otherwise.
         """
-        return cls(_core.Encoder.from_pretrained(os.fspath(path), format, reference))
+        path = _resolve_checkpoint(path_or_repo_id, revision=revision, allow_download=allow_download)
+        return cls(_core.Encoder.from_pretrained(path, format, reference, chat_template, True))
 
     @property
     def reference(self) -> str:
@@ -161,12 +187,26 @@ class Encoder:
         """Why this format was chosen and what was adjusted to match transformers."""
         return self._core.explain()
 
-    def _template_kwargs(self, template_kwargs: dict[str, Any]) -> dict[str, Any]:
-        # Templates that read the clock (Llama 3.2's date) get it here, never in the core.
+    @property
+    def reads_clock(self) -> bool:
+        """Whether the template calls ``strftime_now()`` (generic path); ``now=`` fixes it."""
+        return self._core.reads_clock
+
+    def _template_kwargs(
+        self, template_kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Optional[tuple[int, int, int, int, int, int]]]:
+        # Templates that read the clock (Llama 3.2's date, strftime_now() on the generic path)
+        # get it here, never in the core. `now=` fixes it.
+        now = template_kwargs.pop("now", None)
+        if now is not None and not isinstance(now, datetime):
+            raise TypeError(f"now must be a datetime.datetime, not {type(now).__name__}")
         for name, fmt in self._core.clock_defaults:
             if name not in template_kwargs:
-                template_kwargs[name] = datetime.now().strftime(fmt)
-        return template_kwargs
+                template_kwargs[name] = (now or datetime.now()).strftime(fmt)
+        if now is None and self._core.reads_clock:
+            now = datetime.now()
+        clock = None if now is None else (now.year, now.month, now.day, now.hour, now.minute, now.second)
+        return template_kwargs, clock
 
     def encode(
         self,
@@ -185,9 +225,12 @@ class Encoder:
         control tokens typed inside content are encoded as plain text; ``False`` parses them
         as transformers' plain ``apply_chat_template`` does, so content can forge turns.
         """
-        kwargs = self._template_kwargs(template_kwargs)
+        kwargs, now = self._template_kwargs(template_kwargs)
+        if self._fallback is not None:
+            self._fallback_options(system, merge_consecutive)
+            return self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
         return self._core.encode(
-            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive
+            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive, now
         )
 
     def encode_detailed(
@@ -201,9 +244,13 @@ class Encoder:
         **template_kwargs: Any,
     ) -> EncodedChat:
         """Like :meth:`encode`, with each token's message index and origin."""
-        kwargs = self._template_kwargs(template_kwargs)
+        kwargs, now = self._template_kwargs(template_kwargs)
+        if self._fallback is not None:
+            self._fallback_options(system, merge_consecutive)
+            ids = self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
+            return EncodedChat(ids, np.full(len(ids), -1, dtype=np.int32), np.zeros(len(ids), dtype=bool))
         ids, message_indices, from_content = self._core.encode_detailed(
-            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive
+            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive, now
         )
         return EncodedChat(ids, message_indices, from_content)
 
@@ -217,8 +264,11 @@ class Encoder:
         **template_kwargs: Any,
     ) -> str:
         """The prompt as text, equal to ``apply_chat_template(..., tokenize=False)``."""
-        kwargs = self._template_kwargs(template_kwargs)
-        return self._core.render(messages, add_generation_prompt, kwargs, system, merge_consecutive)
+        kwargs, now = self._template_kwargs(template_kwargs)
+        if self._fallback is not None:
+            self._fallback_options(system, merge_consecutive)
+            return self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
+        return self._core.render(messages, add_generation_prompt, kwargs, system, merge_consecutive, now)
 
     def encode_batch(
         self,
@@ -236,9 +286,12 @@ class Encoder:
         ``num_threads=None`` uses every core (or ``RAYON_NUM_THREADS``). The first invalid
         conversation raises :class:`ChatTemplateError` naming its index.
         """
-        kwargs = self._template_kwargs(template_kwargs)
+        kwargs, now = self._template_kwargs(template_kwargs)
+        if self._fallback is not None:
+            self._fallback_options(system, merge_consecutive)
+            return self._fallback_batch(conversations, add_generation_prompt, sanitize_control_tokens, kwargs, now)
         ids, offsets = self._core.encode_batch(
-            conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads, system, merge_consecutive
+            conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads, system, merge_consecutive, now
         )
         return Batch(ids, offsets)
 
@@ -259,11 +312,88 @@ class Encoder:
         assistant header); ``add_special_tokens=True`` says the caller will tokenize the
         rendered text with special tokens (double-BOS check). Malformed messages still raise.
         """
-        kwargs = self._template_kwargs(template_kwargs)
+        kwargs, now = self._template_kwargs(template_kwargs)
+        if self._fallback is not None:
+            try:
+                self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
+            except ChatTemplateError as e:
+                return [Finding("template-raises", None, str(e))]
+            return []
         raw = self._core.lint(
-            messages, add_generation_prompt, kwargs, system, merge_consecutive, for_generation, add_special_tokens
+            messages, add_generation_prompt, kwargs, system, merge_consecutive, for_generation, add_special_tokens, now
         )
         return [Finding(code, message, explanation) for code, message, explanation in raw]
 
     def __repr__(self) -> str:
         return f"chatids.Encoder(format={self.format!r})"
+
+    # --- the jinja2 fallback (templates chatids' Rust engine cannot compile) ---
+
+    @staticmethod
+    def _clock(now: Optional[tuple[int, int, int, int, int, int]]) -> Optional[datetime]:
+        return None if now is None else datetime(*now)
+
+    @staticmethod
+    def _fallback_options(system: Optional[str], merge_consecutive: bool) -> None:
+        if system is not None or merge_consecutive:
+            raise ChatTemplateError("system= and merge_consecutive= need chatids' own template engine (not the jinja2 fallback)")
+
+    def _fallback_batch(
+        self,
+        conversations: Sequence[Conversation],
+        add_generation_prompt: bool,
+        sanitize: bool,
+        kwargs: dict[str, Any],
+        now: Optional[tuple[int, int, int, int, int, int]],
+    ) -> Batch:
+        assert self._fallback is not None
+        texts = []
+        for c, conv in enumerate(conversations):
+            try:
+                texts.append(self._fallback.render(conv, add_generation_prompt, kwargs, self._clock(now), marked=sanitize))
+            except ChatTemplateError as e:
+                raise ChatTemplateError(f"conversation {c}: {e}") from e
+        ids, offsets = self._core.encode_rendered_batch(texts, sanitize)
+        return Batch(ids, offsets)
+
+
+#: The files chatids reads from a Hugging Face repo (everything else is left in the Hub).
+_CHECKPOINT_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "additional_chat_templates/*.jinja",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "tekken.json",
+    "tokenizer.model.v*",
+]
+
+
+def _resolve_checkpoint(
+    path_or_repo_id: Union[str, os.PathLike], *, revision: Optional[str], allow_download: bool
+) -> str:
+    """A local path for a directory, GGUF file or Hugging Face repo id (cache first)."""
+    path = os.fspath(path_or_repo_id)
+    if os.path.exists(path):
+        return path
+    looks_like_repo = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if not looks_like_repo:
+        raise _core.CheckpointError(f"{path}: no such file or directory (and not a Hugging Face repo id)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:  # pragma: no cover - huggingface_hub is a dependency of the tests
+        raise _core.CheckpointError(
+            f"{path} is not a local path; resolving repo ids needs huggingface_hub (pip install huggingface_hub)"
+        ) from e
+    try:
+        return snapshot_download(
+            path,
+            revision=revision,
+            allow_patterns=_CHECKPOINT_FILES,
+            local_files_only=not allow_download,
+        )
+    except Exception as e:  # huggingface_hub raises several types for "not in the cache"
+        hint = "" if allow_download else " (it is not in the local Hugging Face cache; pass allow_download=True to fetch it)"
+        raise _core.CheckpointError(f"{path}: cannot resolve the repo id{hint}: {e}") from e

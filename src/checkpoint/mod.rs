@@ -5,6 +5,7 @@
 //! transformers loads it (see [`compat`]).
 
 pub mod compat;
+pub mod gguf;
 
 use std::path::{Path, PathBuf};
 
@@ -35,8 +36,18 @@ pub struct Checkpoint {
     pub tokenizer: Tokenizer,
     /// Every added token with its effective flags.
     pub added_tokens: Vec<AddedTokenInfo>,
-    /// The chat template (from `chat_template.jinja` if present, else the config).
+    /// The chat template in use: the default one (see [`Checkpoint::chat_templates`]), or the
+    /// one chosen with [`Checkpoint::select_template`].
     pub chat_template: String,
+    /// Every template the checkpoint ships, by name (`"default"`, `"tool_use"`, ...), in the
+    /// order transformers reads them: `chat_template.jinja`, `chat_template.json`,
+    /// `additional_chat_templates/*.jinja`, the config's `chat_template` (string or list).
+    pub chat_templates: Vec<(String, String)>,
+    /// Where the template in use comes from (file, config, named entry, or the caller).
+    pub chat_template_source: String,
+    /// The special-token variables templates see (`bos_token`, `eos_token`, ...), as
+    /// transformers' `special_tokens_map`.
+    pub special_tokens_map: Vec<(String, String)>,
     /// The special tokens the config names.
     pub special_tokens: SpecialTokens,
     /// The config's `tokenizer_class`.
@@ -88,13 +99,18 @@ impl Checkpoint {
         let tokenizer = Tokenizer::from_bytes(tokenizer_json.to_string().as_bytes())
             .map_err(|e| Error::Load(format!("{}: cannot build tokenizer: {e}", dir.display())))?;
 
-        let chat_template = chat_template(&dir, &config)?;
+        let chat_templates = chat_templates(&dir, &config)?;
+        let (chat_template_source, chat_template) = default_template(&dir, &chat_templates)?;
+        let special_tokens_map = special_tokens_map(&config);
         let generation_eos_ids = generation_eos_ids(&dir)?;
         Ok(Checkpoint {
             dir,
             tokenizer,
             added_tokens,
             chat_template,
+            chat_templates,
+            chat_template_source,
+            special_tokens_map,
             special_tokens,
             tokenizer_class: config
                 .get("tokenizer_class")
@@ -103,6 +119,32 @@ impl Checkpoint {
             compat_note,
             generation_eos_ids,
         })
+    }
+
+    /// Use another template: a name from [`Checkpoint::chat_templates`], or, if no template has
+    /// that name and it contains Jinja syntax, the text itself (as transformers'
+    /// `chat_template=` argument does).
+    pub fn select_template(&mut self, name_or_text: &str) -> Result<()> {
+        if let Some((name, text)) = self.chat_templates.iter().find(|(n, _)| n == name_or_text) {
+            self.chat_template = text.clone();
+            self.chat_template_source = format!("the checkpoint's template named {name:?}");
+            return Ok(());
+        }
+        if name_or_text.contains("{{") || name_or_text.contains("{%") {
+            self.chat_template = name_or_text.to_string();
+            self.chat_template_source = "the template text passed as chat_template=".into();
+            return Ok(());
+        }
+        let names: Vec<&str> = self
+            .chat_templates
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        Err(Error::Load(format!(
+            "{}: no chat template named {name_or_text:?} (the checkpoint has: {}); pass a name or the template text",
+            self.dir.display(),
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        )))
     }
 
     /// The added token with text `content`, if any.
@@ -183,29 +225,124 @@ fn added_tokens(tokenizer_json: &Value) -> Vec<AddedTokenInfo> {
         .unwrap_or_default()
 }
 
-fn chat_template(dir: &Path, config: &Value) -> Result<String> {
-    let file = dir.join("chat_template.jinja");
-    if file.is_file() {
-        return read_text(&file);
+/// Every template the checkpoint ships, with its name, in transformers' order of precedence.
+fn chat_templates(dir: &Path, config: &Value) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let add = |name: &str, text: String, out: &mut Vec<(String, String)>| {
+        if !out.iter().any(|(n, _)| n == name) {
+            out.push((name.to_string(), text));
+        }
+    };
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        add("default", read_text(&jinja)?, &mut out);
+    }
+    let json = dir.join("chat_template.json");
+    if json.is_file() {
+        if let Some(Value::String(s)) = read_json(&json)?.get("chat_template") {
+            add("default", s.clone(), &mut out);
+        }
+    }
+    let extra = dir.join("additional_chat_templates");
+    if extra.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(&extra)
+            .map_err(|e| Error::Load(format!("cannot list {}: {e}", extra.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jinja"))
+            .collect();
+        files.sort();
+        for file in files {
+            let name = file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default()
+                .to_string();
+            add(&name, read_text(&file)?, &mut out);
+        }
     }
     match config.get("chat_template") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(list)) => list
-            .iter()
-            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
-            .and_then(|t| t.get("template")?.as_str())
-            .map(str::to_string)
-            .ok_or_else(|| {
-                Error::Load(format!(
-                    "{}: chat_template lists no \"default\" template",
-                    dir.display()
-                ))
-            }),
-        _ => Err(Error::Load(format!(
+        Some(Value::String(s)) => add("default", s.clone(), &mut out),
+        Some(Value::Array(list)) => {
+            for t in list {
+                if let (Some(name), Some(text)) = (
+                    t.get("name").and_then(Value::as_str),
+                    t.get("template").and_then(Value::as_str),
+                ) {
+                    add(name, text.to_string(), &mut out);
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+/// The template transformers uses when none is named: the one called `"default"`.
+fn default_template(dir: &Path, templates: &[(String, String)]) -> Result<(String, String)> {
+    match templates.iter().find(|(n, _)| n == "default") {
+        Some((_, text)) => Ok(("the checkpoint's default template".to_string(), text.clone())),
+        None if templates.is_empty() => Err(Error::Load(format!(
             "{}: the checkpoint has no chat template",
             dir.display()
         ))),
+        None => Err(Error::Load(format!(
+            "{}: the checkpoint's chat templates have no \"default\"; pick one with chat_template= ({})",
+            dir.display(),
+            templates.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
     }
+}
+
+/// transformers' `special_tokens_map`: the standard special-token names (config value, or the
+/// tokenizer class's default when the config leaves the key out; `None` means unset), then the
+/// config's `extra_special_tokens` dict and other string-valued `*_token` keys.
+fn special_tokens_map(config: &Value) -> Vec<(String, String)> {
+    const STANDARD: [&str; 7] = [
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "sep_token",
+        "pad_token",
+        "cls_token",
+        "mask_token",
+    ];
+    let defaults = compat::class_default_special_tokens(config);
+    let mut out: Vec<(String, String)> = Vec::new();
+    for key in STANDARD {
+        let value = match config.get(key) {
+            Some(v) => token_string(Some(v)),
+            None => defaults
+                .iter()
+                .find(|(n, _)| *n == key)
+                .map(|(_, t)| t.to_string()),
+        };
+        if let Some(v) = value {
+            out.push((key.to_string(), v));
+        }
+    }
+    let push = |k: &str, v: &Value, out: &mut Vec<(String, String)>| {
+        if let Some(s) = token_string(Some(v)) {
+            if !out.iter().any(|(n, _)| n == k) {
+                out.push((k.to_string(), s));
+            }
+        }
+    };
+    if let Some(extra) = config
+        .get("extra_special_tokens")
+        .and_then(Value::as_object)
+    {
+        for (k, v) in extra {
+            push(k, v, &mut out);
+        }
+    }
+    if let Some(all) = config.as_object() {
+        for (k, v) in all {
+            if k.ends_with("_token") && !STANDARD.contains(&k.as_str()) && v.is_string() {
+                push(k, v, &mut out);
+            }
+        }
+    }
+    out
 }
 
 fn generation_eos_ids(dir: &Path) -> Result<Vec<u32>> {

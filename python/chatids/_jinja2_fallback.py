@@ -1,0 +1,153 @@
+"""Rendering with Python's jinja2, for templates chatids' Rust engine cannot compile.
+
+The environment is the one transformers builds (``ImmutableSandboxedEnvironment`` with
+``trim_blocks``/``lstrip_blocks``, loop controls, a transparent ``{% generation %}`` tag,
+``raise_exception``, ``strftime_now``, ``dict``, a namespace that rejects underscore names and
+``tojson`` as ``json.dumps``), and the inputs are prepared as transformers prepares them
+(``None`` values dropped, reasoning aliases, special tokens as variables). With sanitizing, the
+control tokens in caller strings are wrapped in the same private-use markers the Rust generic
+path uses, and the Rust core encodes the rendered text (``encode_rendered_batch``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any, Optional, Sequence
+
+MARK_START = "\U000f0000"
+MARK_END = "\U000f0001"
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _environment(now: list) -> Any:
+    try:
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError as e:  # pragma: no cover - jinja2 is installed with the test extras
+        raise ImportError("this chat template needs Python's jinja2 (pip install jinja2)") from e
+
+    class GenerationTag(jinja2.ext.Extension):
+        """``{% generation %}...{% endgeneration %}`` renders its body unchanged."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Any) -> str:
+            return caller()
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        def __init__(*args: Any, **kwargs: Any) -> None:
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: str, value: Any) -> None:
+            TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name: Any) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(f"underscore-prefixed namespace attribute {name!r}")
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt: str) -> str:
+        return now[0].strftime(fmt)
+
+    class TemplateDict:
+        def __call__(self, *args: Any, **kwargs: Any) -> dict:
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+            return dict.fromkeys(*args, **kwargs)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=TemplateDict(), namespace=TemplateNamespace)
+    return env
+
+
+class Jinja2Renderer:
+    """One checkpoint's template on jinja2."""
+
+    def __init__(self, template: str, special_tokens: Sequence[tuple[str, str]], control_tokens: Sequence[str]) -> None:
+        self._now = [datetime.now()]
+        self._template = _environment(self._now).from_string(template)
+        self._special = dict(special_tokens)
+        longest_first = sorted(control_tokens, key=len, reverse=True)
+        self._control = re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
+
+    def _mark_str(self, text: str) -> str:
+        def wrap_markers(s: str) -> str:
+            return s.replace(MARK_START, MARK_START + MARK_START + MARK_END).replace(
+                MARK_END, MARK_START + MARK_END + MARK_END
+            ) if (MARK_START in s or MARK_END in s) else s
+
+        out, cursor = [], 0
+        for m in self._control.finditer(text):
+            out.append(wrap_markers(text[cursor : m.start()]))
+            out.append(MARK_START + m.group(0) + MARK_END)
+            cursor = m.end()
+        out.append(wrap_markers(text[cursor:]))
+        return "".join(out)
+
+    def _mark(self, obj: Any) -> Any:
+        if isinstance(obj, str):
+            return self._mark_str(obj)
+        if isinstance(obj, dict):
+            return {k: self._mark(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self._mark(v) for v in obj]
+        return obj
+
+    def render(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool,
+        template_kwargs: dict[str, Any],
+        now: Optional[datetime],
+        marked: bool,
+    ) -> str:
+        """The prompt; with ``marked``, caller control tokens wrapped in the markers."""
+        from ._core import ChatTemplateError
+
+        chat = []
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise ChatTemplateError(f"message {i}: a message must be a dict, not {type(message).__name__}")
+            message = {k: v for k, v in message.items() if v is not None}
+            reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+            if reasoning is not None:
+                message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+            chat.append(message)
+        kwargs = dict(template_kwargs)
+        tools = kwargs.pop("tools", None)
+        documents = kwargs.pop("documents", None)
+        mark = self._mark if marked else (lambda x: x)
+        self._now[0] = now or datetime.now()
+        try:
+            return self._template.render(
+                messages=mark(chat),
+                tools=mark(tools),
+                documents=mark(documents),
+                add_generation_prompt=add_generation_prompt,
+                **{**self._special, **mark(kwargs)},
+            )
+        except Exception as e:  # the template raised (raise_exception) or failed
+            raise ChatTemplateError(f"the chat template raised: {e}") from e

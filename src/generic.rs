@@ -1,0 +1,508 @@
+//! The generic path: any Hugging Face chat template, rendered by chatids' own Jinja engine
+//! ([`crate::template`]) and encoded exactly as transformers encodes the rendered prompt.
+//!
+//! * Rendering sees what `apply_chat_template` gives the template: `messages` (the caller's
+//!   dicts, `None` values dropped, reasoning aliases filled), `tools`, `documents`,
+//!   `add_generation_prompt`, the tokenizer's special tokens (`bos_token`, ...) and the
+//!   template keyword arguments.
+//! * With `sanitize_control_tokens`, every control token inside a caller string is wrapped in
+//!   private-use markers before rendering (transformers' `mark_control_tokens`); after
+//!   rendering, marked tokens become content pieces that the [`crate::encoding`] sanitizer
+//!   encodes as plain text, everything else is template text with added tokens matched. One
+//!   deliberate difference: transformers deletes marker characters (U+F0000, U+F0001) that
+//!   the caller's text already contains; chatids keeps them as text.
+//! * Provenance: each message's content is looked up in the rendered prompt, in message order;
+//!   where the template passed it through unchanged (or trimmed), its tokens carry the
+//!   message index. Template text carries none on this path.
+
+use serde_json::{Map, Value};
+
+use crate::checkpoint::Checkpoint;
+use crate::control_tokens::ControlTokens;
+use crate::error::TemplateError;
+use crate::message::{Content, ContentPart, Message};
+use crate::pieces::Pieces;
+use crate::template::{ChatTemplate, DateTime, RenderError};
+
+/// The name [`crate::Encoder::format_name`] reports for the generic path.
+pub const FORMAT_NAME: &str = "jinja";
+/// The name it reports when the template is rendered outside the core (Python's jinja2).
+pub const EXTERNAL_FORMAT_NAME: &str = "jinja2-fallback";
+
+/// transformers' marker before a control token found in caller text.
+const MARK_START: char = '\u{F0000}';
+/// transformers' marker after it.
+const MARK_END: char = '\u{F0001}';
+
+/// What one render needs besides the messages.
+#[derive(Debug, Clone, Copy)]
+pub struct JinjaRequest<'a> {
+    /// Append the header of a new assistant turn.
+    pub add_generation_prompt: bool,
+    /// Template keyword arguments (`tools` and `documents` are passed as those variables).
+    pub kwargs: &'a crate::formats::TemplateArgs,
+    /// What `strftime_now()` returns; `None` makes a template that reads the clock fail.
+    pub now: Option<DateTime>,
+}
+
+/// A checkpoint's chat template on the generic path.
+pub struct JinjaFormat {
+    template: ChatTemplate,
+    special_tokens: Map<String, Value>,
+}
+
+impl JinjaFormat {
+    /// Wrap a compiled template; `checkpoint` supplies the special-token variables.
+    pub fn new(template: ChatTemplate, checkpoint: &Checkpoint) -> Self {
+        let special_tokens = checkpoint
+            .special_tokens_map
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        JinjaFormat {
+            template,
+            special_tokens,
+        }
+    }
+
+    /// The compiled template.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The prompt as text: `apply_chat_template(..., tokenize=False)`.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        request: &JinjaRequest<'_>,
+    ) -> Result<String, TemplateError> {
+        let context = self.context(messages, request, None)?;
+        self.render_context(&context, request.now)
+    }
+
+    /// Render and split into pieces: template text (added tokens matched) and content (each
+    /// message's text where it was found; with `sanitizer`, also every control token that
+    /// came from caller text, which the encoder then encodes as plain text).
+    ///
+    /// With `provenance`, the template is rendered a second time with each message's texts
+    /// wrapped in span markers; where that render, markers removed, lines up with the real one
+    /// (the template passed the text through, possibly trimmed), those bytes become content
+    /// pieces tagged with their message. Otherwise nothing is tagged: never a wrong index.
+    pub fn pieces(
+        &self,
+        messages: &[Message],
+        request: &JinjaRequest<'_>,
+        sanitizer: Option<&ControlTokens>,
+        provenance: bool,
+    ) -> Result<Pieces<'static>, TemplateError> {
+        let context = self.context(messages, request, sanitizer)?;
+        let rendered = self.render_context(&context, request.now)?;
+        let spans = if provenance {
+            let tagged = tag_message_texts(context);
+            self.render_context(&tagged, request.now)
+                .ok()
+                .and_then(|t| align_spans(&t, &rendered))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        split_rendered(&rendered, &spans, sanitizer.is_some())
+    }
+
+    fn render_context(
+        &self,
+        context: &Map<String, Value>,
+        now: Option<DateTime>,
+    ) -> Result<String, TemplateError> {
+        self.template.render(context, now).map_err(|e| match e {
+            RenderError::Raised(msg) => {
+                TemplateError::whole(format!("the chat template raised: {msg}"))
+            }
+            RenderError::Failed(msg) => {
+                TemplateError::whole(format!("the chat template failed to render: {msg}"))
+            }
+            RenderError::NeedsClock => TemplateError::whole(
+                "the chat template calls strftime_now(): pass now= (the chatids core never reads the clock; \
+                 the Python API passes the current time unless you give one)",
+            ),
+        })
+    }
+
+    /// The template's variables, as transformers builds them.
+    fn context(
+        &self,
+        messages: &[Message],
+        request: &JinjaRequest<'_>,
+        sanitizer: Option<&ControlTokens>,
+    ) -> Result<Map<String, Value>, TemplateError> {
+        let mark = |v: Value| match sanitizer {
+            Some(control) => mark_value(v, control),
+            None => v,
+        };
+        let mut context = self.special_tokens.clone();
+        let mut tools = Value::Null;
+        let mut documents = Value::Null;
+        for (name, value) in request.kwargs {
+            match name.as_str() {
+                "messages" | "add_generation_prompt" => {
+                    return Err(TemplateError::whole(format!(
+                        "{name} cannot be a template argument: chatids sets it"
+                    )))
+                }
+                "tools" => tools = mark(value.to_json()),
+                "documents" => documents = mark(value.to_json()),
+                _ => {
+                    context.insert(name.clone(), mark(value.to_json()));
+                }
+            }
+        }
+        let messages = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| message_json(m, i).map(&mark))
+            .collect::<Result<Vec<_>, _>>()?;
+        context.insert("messages".into(), Value::Array(messages));
+        context.insert("tools".into(), tools);
+        context.insert("documents".into(), documents);
+        context.insert(
+            "add_generation_prompt".into(),
+            Value::Bool(request.add_generation_prompt),
+        );
+        Ok(context)
+    }
+}
+
+/// The message as the template sees it: the caller's dict (or one built from the fields),
+/// with transformers' reasoning aliases (`thinking` first, `reasoning_content` last, both
+/// holding the first of `reasoning_content`, `thinking`, `reasoning` that is set).
+fn message_json(message: &Message, index: usize) -> Result<Value, TemplateError> {
+    let base: Map<String, Value> = match &message.raw {
+        Some(raw) => (**raw).clone(),
+        None => {
+            if message.tool_calls.is_some() {
+                return Err(TemplateError::at(
+                    index,
+                    "tool_calls need the message as a dict (Message::raw) on the jinja path",
+                ));
+            }
+            let mut m = Map::new();
+            m.insert("role".into(), Value::String(message.role.clone()));
+            match &message.content {
+                Some(Content::Text(s)) => {
+                    m.insert("content".into(), Value::String(s.clone()));
+                }
+                Some(Content::Parts(parts)) => {
+                    let parts = parts
+                        .iter()
+                        .map(|p| match p {
+                            ContentPart::Text(t) => {
+                                serde_json::json!({"type": "text", "text": t})
+                            }
+                            ContentPart::Other { kind } => serde_json::json!({ "type": kind }),
+                        })
+                        .collect();
+                    m.insert("content".into(), Value::Array(parts));
+                }
+                None => {}
+            }
+            if let Some(r) = &message.reasoning_content {
+                m.insert("reasoning_content".into(), Value::String(r.clone()));
+            }
+            m
+        }
+    };
+    let reasoning = ["reasoning_content", "thinking", "reasoning"]
+        .iter()
+        .find_map(|k| base.get(*k).filter(|v| !v.is_null()).cloned());
+    let Some(reasoning) = reasoning else {
+        return Ok(Value::Object(base));
+    };
+    let mut aliased = Map::new();
+    aliased.insert("thinking".into(), reasoning.clone());
+    for (k, v) in base {
+        aliased.insert(k, v);
+    }
+    aliased.insert("reasoning_content".into(), reasoning);
+    Ok(Value::Object(aliased))
+}
+
+/// Wrap the control tokens in `text` in markers. Marker characters already in the text are
+/// wrapped too, so they stay text (transformers deletes them).
+fn mark_str(text: &str, control: &ControlTokens) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut cursor = 0;
+    let wrap_markers = |out: &mut String, s: &str| {
+        for c in s.chars() {
+            if c == MARK_START || c == MARK_END {
+                out.push(MARK_START);
+                out.push(c);
+                out.push(MARK_END);
+            } else {
+                out.push(c);
+            }
+        }
+    };
+    for m in control.find_iter(text) {
+        wrap_markers(&mut out, &text[cursor..m.start]);
+        out.push(MARK_START);
+        out.push_str(&text[m.start..m.end]);
+        out.push(MARK_END);
+        cursor = m.end;
+    }
+    wrap_markers(&mut out, &text[cursor..]);
+    out
+}
+
+/// [`mark_str`] on every string value (not dict keys) of `value`.
+fn mark_value(value: Value, control: &ControlTokens) -> Value {
+    match value {
+        Value::String(s) => Value::String(mark_str(&s, control)),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| mark_value(v, control)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, mark_value(v, control)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// A byte range of the rendered prompt that holds one message's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentSpan {
+    start: usize,
+    end: usize,
+    message: usize,
+}
+
+/// Start of a provenance span: `SPAN_OPEN index SPAN_INDEX_END text SPAN_CLOSE`.
+const SPAN_OPEN: char = '\u{F0002}';
+/// End of the span's message index.
+const SPAN_INDEX_END: char = '\u{F0003}';
+/// End of a provenance span.
+const SPAN_CLOSE: char = '\u{F0004}';
+
+/// The context with every message text (string content, text parts, reasoning fields)
+/// wrapped in provenance span markers.
+fn tag_message_texts(mut context: Map<String, Value>) -> Map<String, Value> {
+    let tag = |value: &mut Value, index: usize| {
+        if let Value::String(s) = value {
+            *s = format!("{SPAN_OPEN}{index}{SPAN_INDEX_END}{s}{SPAN_CLOSE}");
+        }
+    };
+    if let Some(Value::Array(messages)) = context.get_mut("messages") {
+        for (i, message) in messages.iter_mut().enumerate() {
+            let Value::Object(m) = message else { continue };
+            for key in ["content", "reasoning_content", "thinking", "reasoning"] {
+                if let Some(v) = m.get_mut(key) {
+                    tag(v, i);
+                }
+            }
+            if let Some(Value::Array(parts)) = m.get_mut("content") {
+                for part in parts {
+                    if let Some(text) = part.get_mut("text") {
+                        tag(text, i);
+                    }
+                }
+            }
+        }
+    }
+    context
+}
+
+/// Line the tagged render up with the real one: outside spans both must be equal; a span's
+/// text must appear as is, or stripped of Python whitespace on one or both sides (templates
+/// trim content). Returns the spans in the real render, or `None` if they do not line up.
+fn align_spans(tagged: &str, real: &str) -> Option<Vec<ContentSpan>> {
+    use crate::pystr::is_python_whitespace as ws;
+    let mut spans = Vec::new();
+    let (mut t, mut r) = (0, 0);
+    while t < tagged.len() {
+        let rest = &tagged[t..];
+        let c = rest.chars().next()?;
+        if c == SPAN_OPEN {
+            let index_end = rest.find(SPAN_INDEX_END)?;
+            let message: usize = rest[SPAN_OPEN.len_utf8()..index_end].parse().ok()?;
+            let text_start = index_end + SPAN_INDEX_END.len_utf8();
+            let close = rest[text_start..].find(SPAN_CLOSE)? + text_start;
+            let inner = &rest[text_start..close];
+            if inner.contains([SPAN_OPEN, SPAN_INDEX_END]) {
+                return None;
+            }
+            let variants = [
+                inner,
+                inner.trim_matches(ws),
+                inner.trim_start_matches(ws),
+                inner.trim_end_matches(ws),
+            ];
+            let text = variants.into_iter().find(|v| real[r..].starts_with(v))?;
+            if !text.is_empty() {
+                spans.push(ContentSpan {
+                    start: r,
+                    end: r + text.len(),
+                    message,
+                });
+            }
+            r += text.len();
+            t += close + SPAN_CLOSE.len_utf8();
+        } else if c == SPAN_CLOSE || c == SPAN_INDEX_END {
+            return None;
+        } else {
+            if !real[r..].starts_with(c) {
+                return None;
+            }
+            r += c.len_utf8();
+            t += c.len_utf8();
+        }
+    }
+    (r == real.len()).then_some(spans)
+}
+
+/// Cut the rendered prompt into pieces: content spans become content pieces tagged with
+/// their message, the rest template text; with `marked`, every `START token END` becomes a
+/// content piece holding the token (so the sanitizer encodes it as text).
+pub fn split_rendered(
+    rendered: &str,
+    spans: &[ContentSpan],
+    marked: bool,
+) -> Result<Pieces<'static>, TemplateError> {
+    let mut pieces = Pieces::new();
+    let mut emit = |text: &str, message: Option<usize>, content: bool| {
+        if text.is_empty() {
+            return;
+        }
+        pieces.set_message(message);
+        if content {
+            pieces.content(text.to_string());
+        } else {
+            pieces.text(text.to_string());
+        }
+    };
+    // Split by content spans first, then each part at markers.
+    let mut parts: Vec<(&str, Option<usize>)> = Vec::new();
+    let mut cursor = 0;
+    for s in spans {
+        parts.push((&rendered[cursor..s.start], None));
+        parts.push((&rendered[s.start..s.end], Some(s.message)));
+        cursor = s.end;
+    }
+    parts.push((&rendered[cursor..], None));
+    for (text, message) in parts {
+        if !marked {
+            emit(text, message, message.is_some());
+            continue;
+        }
+        let mut rest = text;
+        while let Some(start) = rest.find([MARK_START, MARK_END]) {
+            emit(&rest[..start], message, message.is_some());
+            let after = &rest[start..];
+            let lone = || {
+                TemplateError::whole(
+                    "the chat template cut a marked control token out of caller text (a lone sanitizer marker); \
+                     chatids cannot reproduce transformers' split here, encode with sanitize_control_tokens=False or fix the template",
+                )
+            };
+            if !after.starts_with(MARK_START) {
+                return Err(lone());
+            }
+            let inner_start = MARK_START.len_utf8();
+            // A marker character the caller's text held, wrapped by `mark_str`: kept as text.
+            let wrapped = &after[inner_start..];
+            if let Some(kept) = [MARK_START, MARK_END].into_iter().find(|&m| {
+                wrapped.starts_with(m) && wrapped[m.len_utf8()..].starts_with(MARK_END)
+            }) {
+                let mut buf = [0u8; 4];
+                emit(kept.encode_utf8(&mut buf), message, true);
+                rest = &wrapped[kept.len_utf8() + MARK_END.len_utf8()..];
+                continue;
+            }
+            let Some(end) = wrapped.find([MARK_START, MARK_END]) else {
+                return Err(lone());
+            };
+            let inner = &after[inner_start..inner_start + end];
+            if !after[inner_start + end..].starts_with(MARK_END) || inner.is_empty() {
+                return Err(lone());
+            }
+            // A marked token (or a kept marker character): caller text.
+            emit(inner, message, true);
+            rest = &after[inner_start + end + MARK_END.len_utf8()..];
+        }
+        emit(rest, message, message.is_some());
+    }
+    Ok(pieces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn control() -> ControlTokens {
+        ControlTokens::new(vec![("<|eot_id|>".into(), 1), ("<|im_end|>".into(), 2)])
+    }
+
+    #[test]
+    fn marks_control_tokens_and_keeps_marker_characters() {
+        let c = control();
+        assert_eq!(
+            mark_str("a<|eot_id|>b\u{F0000}", &c),
+            "a\u{F0000}<|eot_id|>\u{F0001}b\u{F0000}\u{F0000}\u{F0001}"
+        );
+        let v = mark_value(serde_json::json!({"<|eot_id|>": ["<|im_end|>", 3]}), &c);
+        assert_eq!(
+            v,
+            serde_json::json!({"<|eot_id|>": ["\u{F0000}<|im_end|>\u{F0001}", 3]})
+        );
+    }
+
+    #[test]
+    fn splits_marked_tokens_into_content_pieces() {
+        let rendered = "<s>[U] hi \u{F0000}<|eot_id|>\u{F0001} there [/U]";
+        let pieces = split_rendered(rendered, &[], true).unwrap();
+        let kinds: Vec<_> = pieces
+            .as_slice()
+            .iter()
+            .map(|p| (p.kind, p.text.to_string()))
+            .collect();
+        use crate::pieces::PieceKind::*;
+        assert_eq!(
+            kinds,
+            vec![
+                (TemplateText, "<s>[U] hi ".to_string()),
+                (Content, "<|eot_id|>".to_string()),
+                (TemplateText, " there [/U]".to_string()),
+            ]
+        );
+        assert!(split_rendered("a\u{F0001}b", &[], true).is_err());
+        let kept = split_rendered("a\u{F0000}\u{F0000}\u{F0001}b\u{F0000}\u{F0001}\u{F0001}", &[], true).unwrap();
+        assert_eq!(kept.render(), "a\u{F0000}b\u{F0001}");
+        assert!(split_rendered("a\u{F0000}b", &[], true).is_err());
+    }
+
+    #[test]
+    fn aligns_spans_passed_through_or_trimmed() {
+        let tag = |i: usize, s: &str| format!("{SPAN_OPEN}{i}{SPAN_INDEX_END}{s}{SPAN_CLOSE}");
+        // "<" as content must not be found inside the template's own "<|start|>".
+        let tagged = format!("<|start|>user:{}|{}", tag(0, "<"), tag(1, " hi "));
+        let spans = align_spans(&tagged, "<|start|>user:<|hi").unwrap();
+        assert_eq!(
+            spans,
+            vec![
+                ContentSpan { start: 14, end: 15, message: 0 },
+                ContentSpan { start: 16, end: 18, message: 1 }
+            ]
+        );
+        // A template that changed the text (upper-cased it) gives no spans at all.
+        assert_eq!(align_spans(&format!("a{}", tag(0, "x")), "aX"), None);
+    }
+
+    #[test]
+    fn aliases_reasoning_like_transformers() {
+        let mut m = Message::new("assistant", "a");
+        m.reasoning_content = Some("r".into());
+        let v = message_json(&m, 0).unwrap();
+        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["thinking", "role", "content", "reasoning_content"]);
+    }
+}
