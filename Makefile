@@ -9,7 +9,7 @@ CHATIDS_DATA_DIR ?= $(abspath ../shared/data)
 export CHATIDS_MODELS_DIR CHATIDS_DATA_DIR
 RESULTS := target/results
 
-.PHONY: example develop test test-rust test-python bench-quick conformance-full bench clean
+.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -40,11 +40,18 @@ test-python: develop
 bench-quick: develop
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
 
-## Every conversation of the corpus and many more random cases, on both routes (about an hour on 2 cores).
+## Every conversation of the corpus and many more random cases, on every route and path (about two hours on 2 cores).
 conformance-full: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
-	  $(PY) -m pytest tests/test_conformance.py tests/test_edge_cases.py tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py -q -s
+	  $(PY) -m pytest tests/test_conformance.py tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py \
+	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py -q -s
+
+## Only the generic (Jinja) path on every conversation of the corpus, for every shared checkpoint.
+conformance-generic: develop
+	mkdir -p $(RESULTS)
+	CHATIDS_CONFORMANCE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-generic.json \
+	  $(PY) -m pytest tests/test_generic.py -q -s -k test_generic_path_matches
 
 ## Full benchmarks; writes the ratios into BENCHMARKS.md.
 bench: develop

@@ -27,6 +27,9 @@ BENCH_MODELS = [
     "llama-2-7b-chat",
     "mistral-nemo-instruct-2407",
     "gemma-3-it",
+    # The generic (Jinja) path: a template no native format covers, and Qwen2.5 forced onto it.
+    "gpt-oss-120b",
+    "qwen2.5-7b-instruct:jinja",
 ]
 QUICK = os.environ.get("CHATIDS_BENCH_QUICK", "") not in ("", "0")
 SINGLE_N = 20 if QUICK else 200
@@ -55,16 +58,21 @@ def corpus() -> list[list[dict]]:
 
 class Bench:
     def __init__(self, name: str, convs: list[list[dict]]):
+        import datetime as dt
+
         from transformers import AutoTokenizer
 
+        directory, _, forced = name.partition(":")
         base = os.environ.get("CHATIDS_MODELS_DIR")
-        if not base or not (Path(base) / name).is_dir():
-            pytest.skip(f"model {name} not found (CHATIDS_MODELS_DIR)")
-        path = Path(base) / name
+        if not base or not (Path(base) / directory).is_dir():
+            pytest.skip(f"model {directory} not found (CHATIDS_MODELS_DIR)")
+        path = Path(base) / directory
         self.name = name
-        self.enc = chatids.Encoder.from_pretrained(path)
+        self.enc = chatids.Encoder.from_pretrained(path, format=forced or None)
         self.tok = AutoTokenizer.from_pretrained(str(path))
         self.kwargs = {"date_string": "26 Jul 2024"} if self.enc.format.startswith("llama-3.") else {}
+        if self.enc.reads_clock:  # same date on both sides (transformers reads the real clock here)
+            self.kwargs["now"] = dt.datetime.now()
         accepted = []
         for c in convs:
             try:
