@@ -41,12 +41,12 @@ def _frozen_clock(monkeypatch):
 # ---- the two renderers ----
 
 
-def reference(template: str, messages: Optional[list], **context: Any) -> tuple[str, str]:
-    """transformers: ("ok", text) or ("err", message)."""
+def reference(template: str, chat: Optional[list], **context: Any) -> tuple[str, str]:
+    """transformers: ("ok", text) or ("err", message). Without ``chat``, the bare template."""
     try:
-        if messages is None:
+        if chat is None:
             return "ok", ctu._compile_jinja_template(template).render(**context)
-        rendered, _ = ctu.render_jinja_template(conversations=[messages], chat_template=template, **context)
+        rendered, _ = ctu.render_jinja_template(conversations=[chat], chat_template=template, **context)
         return "ok", rendered[0]
     except Exception as e:  # the template raised
         return "err", f"{type(e).__name__}: {e}"
@@ -563,7 +563,11 @@ SNIPPETS = [
     "{{ ('<b>' | safe).join([1, none, '<i>']) }} {{ ('<b>' | e).join(['<', 2]) }} {{ ('<b>' | safe).split('b') }} {{ ('<b>' | safe).replace('b', '<i>') }}",
     "{{ {1: 'a', true: 'b', 1.0: 'c', 'k': 'd'} }}",
     "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c, d = [3, 4] %}{{ c }}{{ d }}{% for k, v in [('x', 1)] %}{{ k }}{{ v }}{% endfor %}",
-    "{% macro m(a, b=a ~ '!') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}",
+    "{% macro m(a, b=a ~ '!', c=b ~ '?') %}{{ a }}|{{ b }}|{{ c }}{% endmacro %}{{ m(1) }} {{ m(1, 2) }} {{ m(1, c=3) }} {{ m(1, x) }}",
+    "{% macro m(a='d') %}[{{ a }}]{% endmacro %}{{ m(x) }}{{ m() }}{{ m(a=x) }}{{ m(none) }}{% set f = m %}{{ f() }}",
+    "{% set x = 'X' %}{% macro m(a=x) %}{{ a }}{% endmacro %}{% set x = 'Y' %}{{ m() }}",
+    "{% macro m(a, b=a) %}{{ caller(b) }}{% endmacro %}{% call(v, w=v ~ '+') m(5) %}{{ v }}{{ w }}{% endcall %}",
+    "{% macro m(a, b=1) %}{{ a }}{{ b }}{% endmacro %}{{ m(1, c=2) }}",
     "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(20) }}",
     "{% for x in [1, 1, 2] %}{% if loop.changed(x) %}{{ x }}{% endif %}{{ loop.depth }}{% endfor %}",
     "{% for item in [{'n': 1, 'c': [{'n': 2, 'c': []}]}] recursive %}{{ item.n }}{{ loop.depth }}({{ loop(item.c) }}){% endfor %}",
@@ -582,6 +586,13 @@ SNIPPETS = [
     "{% macro m() %}{% continue %}{% endmacro %}",
     "{% for x in [1] %}{% else %}{% break %}{% endfor %}",
     "{% for x in [1, 2] %}{% for y in [1, 2] %}{% if y == 2 %}{% break %}{% endif %}{{ x }}{{ y }}{% endfor %}{% if x == 1 %}{% continue %}{% endif %}!{% endfor %}",
+    # jinja2's scoping (found by fuzzing statements)
+    "{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{% set i = 1 %}{{ m() }}|{{ s }}{% set s = 2 %}{{ s }}",
+    "{% for x in [1] %}{{ i }}{% endfor %}{% set i = 1 %}|{% if false %}{% set t = 0 %}{% endif %}{% for x in [1] %}{{ t }}{% endfor %}",
+    "{% set c %}{{ i }}{% endset %}[{{ c }}]{% set i = 1 %}{% filter upper %}{% set z = 1 %}{% endfilter %}{{ z }}{% set b %}{% set y = 2 %}{% endset %}{{ y }}",
+    "{% for x in [1, 2] %}{% for j in [1] %}{{ i }}{% endfor %}{% set i = x %}{% endfor %}|{% macro m(x) %}{% set x = x ~ 1 %}{% set y = 2 %}{{ x }}{{ y }}{% endmacro %}{{ m(0) }}",
+    "{% for x in 'xy' %}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{% endfor %}",
+    "{% for x in [1] %}{% continue %}{% else %}E{% endfor %}{% for x in [1] %}{% break %}{% else %}F{% endfor %}{% for x in [1, 2] %}{% if x == 1 %}{% continue %}{% endif %}{% else %}G{% endfor %}",
     # errors raised by the template
     "{% if msgs[0].role != 'user' %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}",
     "{{ lst | batch(0) | list }}",
@@ -625,6 +636,7 @@ REFUSED = {
     "{% macro m() %}{{ varargs }}{% endmacro %}{{ m() }}": "macros reading varargs/kwargs",
     "{% for v in [1] %}{% block b %}{{ v }}{% endblock %}{% endfor %}": "blocks inside loops",
     "{% for x in [1, 2] %}{% with %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endwith %}{% endfor %}": "break inside a with block",
+    "{% for j in [3, 4] %}{% macro q() %}{{ i }}{% endmacro %}{{ q() }}{% set i = 5 %}{% endfor %}": "a macro in a loop reading a name the loop sets",
     "{{ 1234.5 | round(-2) }}": "round with a negative precision",
 }
 

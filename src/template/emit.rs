@@ -3,13 +3,23 @@
 //! The output is fully parenthesized MiniJinja with no whitespace control (the lexer already
 //! applied jinja2's), so MiniJinja's own grammar and whitespace rules never decide anything.
 //! Operations whose MiniJinja semantics differ from Python's are routed through helper filters
-//! (`__cj_*`, see [`super::ops`]): `~`, `/`, `//`, `%`, ordering comparisons, `in`, slices,
-//! tuples, loop iterables, and attribute/item lookups that would find a Python method.
+//! (`__cj_*`, see [`super::ops`]): `~`, `/`, `//`, `%`, `*`, `**`, unary `-`/`+`, `+` unless
+//! one side is a string literal, `==`/`!=` unless one side is a literal, ordering comparisons,
+//! `in`, slices, computed subscripts, tuples, dict literals with non-string keys, loop
+//! iterables, and attribute/item lookups that would find a Python method.
+//!
+//! Statements keep jinja2's semantics where MiniJinja's differ: macro defaults are evaluated
+//! in the body (in order, only for parameters the call did not pass), `for ... else` with
+//! `continue`, the frames of `set`/`filter` blocks and `generation`, names jinja2 starts
+//! undefined in a frame ([`super::scope`]), and `break`/`continue` placement.
 
 use super::filters::{FILTER_NAMES, UNSUPPORTED_FILTERS};
 use super::methods::is_method_name;
 use super::parser::{Args, BinOp, CmpOp, Const, Expr, Stmt, Target};
 use super::predicates::{TEST_NAMES, UNSUPPORTED_TESTS};
+use super::scope::{
+    collect_macros, has_loop_control, level_refs, loop_declared, loop_names, stored_first,
+};
 
 /// The result of translating a template.
 pub struct Emitted {
@@ -31,6 +41,12 @@ struct Emitter {
     scoped: usize,
     /// The frames around the current statement.
     frames: Vec<Frame>,
+    /// The names of the template's macros (calls to them say which arguments were passed).
+    macros: Vec<String>,
+    /// For unique helper names.
+    counter: usize,
+    /// The names each enclosing frame refers to (jinja2's symbol tables).
+    outer_refs: Vec<Vec<String>>,
 }
 
 /// What encloses a statement, for `break` and `continue`.
@@ -55,8 +71,12 @@ pub fn emit(stmts: &[Stmt], markup_add: bool) -> Result<Emitted, String> {
         in_macro: 0,
         scoped: 0,
         frames: Vec::new(),
+        macros: Vec::new(),
+        counter: 0,
+        outer_refs: Vec::new(),
     };
-    e.stmts(stmts)?;
+    collect_macros(stmts, &mut e.macros);
+    e.frame_body(stmts, &[])?;
     Ok(Emitted {
         source: e.out,
         reads_clock: e.reads_clock,
@@ -119,12 +139,40 @@ impl Emitter {
     }
 
     /// Statements in a new (not soft) frame: loop, macro, call, filter, with and set blocks.
-    fn inner_stmts(&mut self, stmts: &[Stmt], frame: Frame) -> Result<(), String> {
+    /// `declared`: the names the frame binds itself (loop targets, parameters).
+    fn inner_stmts(
+        &mut self,
+        stmts: &[Stmt],
+        frame: Frame,
+        declared: &[String],
+    ) -> Result<(), String> {
         self.scoped += 1;
         self.frames.push(frame);
-        let rv = self.with_soft(false, |e| e.stmts(stmts));
+        let rv = self.with_soft(false, |e| e.frame_body(stmts, declared));
         self.frames.pop();
         self.scoped -= 1;
+        rv
+    }
+
+    /// The statements of a frame. jinja2 starts a name undefined in a frame when the frame's
+    /// first reference to it is an unconditional assignment (so a loop or macro that runs before
+    /// the assignment sees it undefined, not the outer or context value); MiniJinja would see
+    /// the outer value, so the frame starts by undefining such names.
+    fn frame_body(&mut self, stmts: &[Stmt], declared: &[String]) -> Result<(), String> {
+        for name in stored_first(stmts) {
+            // In an inner frame, a name any enclosing frame refers to aliases that frame's.
+            let outer = self.outer_refs.iter().any(|refs| refs.contains(&name));
+            if declared.contains(&name) || outer {
+                continue;
+            }
+            self.out
+                .push_str(&format!("{{% set {name} = (none|__cj_undefined) %}}"));
+        }
+        let mut refs: Vec<String> = declared.to_vec();
+        refs.extend(level_refs(stmts).into_iter().map(String::from));
+        self.outer_refs.push(refs);
+        let rv = self.stmts(stmts);
+        self.outer_refs.pop();
         rv
     }
 
@@ -192,13 +240,36 @@ impl Emitter {
                 if *recursive {
                     head.push_str(" recursive");
                 }
-                self.tag(*line, &head);
-                self.inner_stmts(body, Frame::Loop)?;
-                if !else_.is_empty() {
-                    self.tag(0, "else");
-                    self.stmts(else_)?;
+                let (mut sets, mut reads) = (Vec::new(), Vec::new());
+                loop_names(body, &mut sets, &mut reads, false);
+                if let Some(name) = reads.iter().find(|n| sets.contains(n)) {
+                    // MiniJinja's closures keep such a value across iterations; jinja2 does not.
+                    return Err(format!(
+                        "a macro or call block inside a loop reads '{name}', which the loop sets: not supported"
+                    ));
                 }
-                self.tag(0, "endfor");
+                if else_.is_empty() || !has_loop_control(body) {
+                    self.tag(*line, &head);
+                    self.inner_stmts(body, Frame::Loop, &loop_declared(target))?;
+                    if !else_.is_empty() {
+                        self.tag(0, "else");
+                        self.stmts(else_)?;
+                    }
+                    self.tag(0, "endfor");
+                } else {
+                    // jinja2 runs `else` unless an iteration reached the end of the body, so a
+                    // `continue` in every iteration runs it too.
+                    self.counter += 1;
+                    let flag = format!("__cj_else_{}", self.counter);
+                    self.tag(*line, &format!("set {flag} = namespace(run=true)"));
+                    self.tag(0, &head);
+                    self.inner_stmts(body, Frame::Loop, &loop_declared(target))?;
+                    self.tag(0, &format!("set {flag}.run = false"));
+                    self.tag(0, "endfor");
+                    self.tag(0, &format!("if {flag}.run"));
+                    self.stmts(else_)?;
+                    self.tag(0, "endif");
+                }
             }
             Stmt::If { branches, else_ } => self.with_soft(true, |e| {
                 for (i, (test, body, line)) in branches.iter().enumerate() {
@@ -234,7 +305,10 @@ impl Emitter {
                     head.push_str(&self.with_soft(false, |e| e.filter_chain(f))?);
                 }
                 self.tag(*line, &head);
-                self.inner_stmts(body, Frame::Inline)?;
+                // jinja2 gives the body a frame of its own; MiniJinja's `with` is one.
+                self.tag(0, "with");
+                self.inner_stmts(body, Frame::Inline, &[])?;
+                self.tag(0, "endwith");
                 self.tag(0, "endset");
             }
             Stmt::Macro {
@@ -243,10 +317,15 @@ impl Emitter {
                 body,
                 line,
             } => {
-                let sig = self.with_soft(false, |e| e.signature(params))?;
+                let (sig, prologue) = self.with_soft(false, |e| e.signature(params, true))?;
                 self.tag(*line, &format!("macro {name}({sig})"));
+                self.out.push_str(&prologue);
                 self.in_macro += 1;
-                self.inner_stmts(body, Frame::Function)?;
+                let mut declared: Vec<String> = params.iter().map(|p| p.0.clone()).collect();
+                declared.extend(
+                    ["caller", "varargs", "kwargs", "__cj_pos", "__cj_kw"].map(String::from),
+                );
+                self.inner_stmts(body, Frame::Function, &declared)?;
                 self.in_macro -= 1;
                 self.tag(0, "endmacro");
             }
@@ -256,7 +335,7 @@ impl Emitter {
                 body,
                 line,
             } => {
-                let sig = self.with_soft(false, |e| e.signature(params))?;
+                let (sig, prologue) = self.with_soft(false, |e| e.signature(params, false))?;
                 let call = self.expr(call)?;
                 let call = call
                     .strip_prefix('(')
@@ -264,8 +343,11 @@ impl Emitter {
                     .unwrap_or(&call)
                     .to_string();
                 self.tag(*line, &format!("call({sig}) {call}"));
+                self.out.push_str(&prologue);
                 self.in_macro += 1;
-                self.inner_stmts(body, Frame::Function)?;
+                let mut declared: Vec<String> = params.iter().map(|p| p.0.clone()).collect();
+                declared.extend(["caller", "varargs", "kwargs"].map(String::from));
+                self.inner_stmts(body, Frame::Function, &declared)?;
                 self.in_macro -= 1;
                 self.tag(0, "endcall");
             }
@@ -275,7 +357,9 @@ impl Emitter {
                     *line,
                     &format!("filter {}", chain.trim_start_matches(['|', ' '])),
                 );
-                self.inner_stmts(body, Frame::Inline)?;
+                self.tag(0, "with");
+                self.inner_stmts(body, Frame::Inline, &[])?;
+                self.tag(0, "endwith");
                 self.tag(0, "endfilter");
             }
             Stmt::With(assignments, body, line) => {
@@ -284,7 +368,11 @@ impl Emitter {
                     parts.push(format!("{} = {}", target_code(t)?, self.expr(v)?));
                 }
                 self.tag(*line, &format!("with {}", parts.join(", ")));
-                self.inner_stmts(body, Frame::Inline)?;
+                let declared: Vec<String> = assignments
+                    .iter()
+                    .flat_map(|(t, _)| loop_declared(t))
+                    .collect();
+                self.inner_stmts(body, Frame::Inline, &declared)?;
                 self.tag(0, "endwith");
             }
             Stmt::Block(name, body, line) => {
@@ -295,13 +383,13 @@ impl Emitter {
                     );
                 }
                 self.tag(*line, &format!("block {name}"));
-                self.inner_stmts(body, Frame::Function)?;
+                self.inner_stmts(body, Frame::Function, &[])?;
                 self.tag(0, "endblock");
             }
             Stmt::Generation(body, line) => {
                 // jinja2 renders the body as a caller macro: a scope of its own, output unchanged.
                 self.tag(*line, "with");
-                self.inner_stmts(body, Frame::Function)?;
+                self.inner_stmts(body, Frame::Function, &[])?;
                 self.tag(0, "endwith");
             }
             Stmt::Break(line) => self.loop_control("break", *line)?,
@@ -318,15 +406,43 @@ impl Emitter {
         Ok(())
     }
 
-    fn signature(&mut self, params: &[(String, Option<Expr>)]) -> Result<String, String> {
+    /// A macro signature, and the statements that must open the body.
+    ///
+    /// jinja2 evaluates a default inside the macro, in parameter order, only for a parameter
+    /// the call did not pass (an undefined value passed stays undefined). MiniJinja evaluates
+    /// defaults before binding the earlier parameters and for any undefined value, so the
+    /// defaults move into the body: calls to the template's macros say which arguments they
+    /// passed (`__cj_pos`, `__cj_kw`); other calls (a macro used as a value) fall back to
+    /// "undefined means not passed".
+    fn signature(
+        &mut self,
+        params: &[(String, Option<Expr>)],
+        hidden: bool,
+    ) -> Result<(String, String), String> {
         let mut parts = Vec::new();
-        for (name, default) in params {
-            match default {
-                Some(d) => parts.push(format!("{name}={}", self.expr(d)?)),
-                None => parts.push(name.clone()),
+        let mut prologue = String::new();
+        for (i, (name, default)) in params.iter().enumerate() {
+            parts.push(name.clone());
+            if let Some(d) = default {
+                let code = self.expr(d)?;
+                let missing = if hidden {
+                    format!(
+                        "((__cj_pos is none and {name} is undefined) or (__cj_pos is not none and __cj_pos <= {i} and {} not in __cj_kw))",
+                        quote(name)
+                    )
+                } else {
+                    format!("({name} is undefined)")
+                };
+                prologue.push_str(&format!(
+                    "{{% if {missing} %}}{{% set {name} = {code} %}}{{% endif %}}"
+                ));
             }
         }
-        Ok(parts.join(", "))
+        if hidden {
+            parts.push("__cj_pos=none".into());
+            parts.push("__cj_kw=none".into());
+        }
+        Ok((parts.join(", "), prologue))
     }
 
     /// A filter chain without its head value: `|f(a)|g`.
@@ -508,7 +624,19 @@ impl Emitter {
                     Expr::Name(n) => self.expr(&Expr::Name(n.clone()))?,
                     other => self.atom(other)?,
                 };
-                format!("{f}({})", self.args(args)?)
+                let mut code = self.args(args)?;
+                if matches!(func.as_ref(), Expr::Name(n) if self.macros.contains(n)) {
+                    // Tell the macro which parameters this call passed.
+                    let kw: Vec<String> = args.kwargs.iter().map(|(k, _)| quote(k)).collect();
+                    let hidden =
+                        format!("__cj_pos={}, __cj_kw=[{}]", args.args.len(), kw.join(", "));
+                    code = if code.is_empty() {
+                        hidden
+                    } else {
+                        format!("{code}, {hidden}")
+                    };
+                }
+                format!("{f}({code})")
             }
             Expr::Filter(base, name, args) => {
                 let b = match base {

@@ -13,8 +13,8 @@ use super::methods::{center, replace};
 use super::ops::{escape_html, getattr, int_value, py_add, py_cmp, py_eq, py_getitem as getitem};
 use super::predicates::call_test;
 use super::pyvalue::{
-    as_float, as_int, check_size, err, kind, new_iter, new_list, new_named_tuple, new_tuple,
-    py_iter, py_len, py_str, to_json, type_name, Dict, JsonOptions, Kind,
+    as_float, as_int, check_len, check_size, err, kind, new_iter, new_list, new_named_tuple,
+    new_tuple, py_iter, py_len, py_str, to_json, type_name, Dict, JsonOptions, Kind,
 };
 use super::unicode;
 
@@ -184,7 +184,7 @@ pub fn lookup(name: &str) -> Option<FilterFn> {
                 Some(c) if c.is_none() => -1,
                 Some(c) => as_int(c).ok_or_else(|| err("count must be an integer"))?,
             };
-            Ok(Value::from(replace(&py_str(v)?, &old, &new, count)))
+            Ok(Value::from(replace(&py_str(v)?, &old, &new, count)?))
         },
         "reverse" => reverse,
         "round" => round,
@@ -639,6 +639,7 @@ fn indent(v: &Value, a: &[Value]) -> Result<Value, Error> {
     };
     let s = format!("{s}\n");
     let lines = unicode::splitlines(&s, false);
+    check_len(s.len() + lines.len() * (indention.len() + 1))?;
     let mut rv = if flag(&b[2]) {
         lines.join(&format!("\n{indention}"))
     } else {
@@ -680,6 +681,7 @@ fn join(v: &Value, a: &[Value]) -> Result<Value, Error> {
             .collect::<Result<_, _>>()?;
     }
     let strs: Vec<String> = items.iter().map(py_str).collect::<Result<_, _>>()?;
+    check_len(strs.iter().map(String::len).sum::<usize>() + sep.len() * strs.len())?;
     Ok(Value::from(strs.join(&sep)))
 }
 

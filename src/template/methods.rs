@@ -8,8 +8,8 @@ use super::args::{bind, split_args};
 use super::format::str_format;
 use super::ops::{escape_html, py_eq};
 use super::pyvalue::{
-    as_int, check_size, err, kind, new_dict, new_list, new_tuple, py_iter, type_name, Dict, Kind,
-    PyView, ViewKind,
+    as_int, check_len, check_size, err, kind, new_dict, new_list, new_tuple, py_iter, type_name,
+    Dict, Kind, PyView, ViewKind,
 };
 use super::unicode;
 
@@ -303,12 +303,23 @@ pub fn rsplit(s: &str, sep: Option<&str>, maxsplit: i128) -> Result<Vec<String>,
 }
 
 /// Python's `str.replace(old, new, count)`.
-pub fn replace(s: &str, old: &str, new: &str, count: i128) -> String {
-    if count < 0 {
+pub fn replace(s: &str, old: &str, new: &str, count: i128) -> Result<String, Error> {
+    let hits = if old.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(old).count()
+    };
+    let hits = if count < 0 {
+        hits
+    } else {
+        hits.min(count.min(usize::MAX as i128) as usize)
+    };
+    check_len(s.len() + hits * new.len())?;
+    Ok(if count < 0 {
         s.replace(old, new)
     } else {
         s.replacen(old, new, count.min(usize::MAX as i128) as usize)
-    }
+    })
 }
 
 /// Python's `str.center(width, fill)`.
@@ -483,7 +494,7 @@ fn str_method(value: &Value, name: &str, args: &[Value]) -> Result<Value, Error>
                     .ok_or_else(|| err("replace() takes at least 2 arguments"))?,
                 "replace() argument 2",
             )?;
-            Value::from(replace(s, old, new, opt_int(&a[2], -1)?))
+            Value::from(replace(s, old, new, opt_int(&a[2], -1)?)?)
         }
         "upper" => Value::from(unicode::upper(s)),
         "lower" => Value::from(unicode::lower(s)),
@@ -534,6 +545,7 @@ fn str_method(value: &Value, name: &str, args: &[Value]) -> Result<Value, Error>
                     ))
                 })?);
             }
+            check_len(parts.iter().map(|p| p.len()).sum::<usize>() + s.len() * parts.len())?;
             Value::from(parts.join(s))
         }
         "center" | "ljust" | "rjust" => {
@@ -624,6 +636,7 @@ fn str_method(value: &Value, name: &str, args: &[Value]) -> Result<Value, Error>
             let a = bind(name, args, &["tabsize"], true)?;
             let size = opt_int(&a[0], 8)?;
             check_size(size)?;
+            check_len(s.len() + s.matches('\t').count() * size.max(0) as usize)?;
             let mut out = String::new();
             let mut col: i128 = 0;
             for c in s.chars() {

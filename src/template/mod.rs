@@ -7,7 +7,8 @@
 //!
 //! * [`lexer`] and [`parser`] are jinja2's (same whitespace control, precedence, literals);
 //! * [`emit`] translates the jinja2 syntax tree into fully parenthesized MiniJinja, routing
-//!   every operation whose semantics differ from Python's through a helper ([`ops`]);
+//!   every operation whose semantics differ from Python's through a helper ([`ops`]) and
+//!   keeping jinja2's scoping ([`scope`]);
 //! * [`pyvalue`], [`methods`], [`filters`], [`predicates`], [`format`], [`strftime`] and
 //!   [`unicode`] implement Python's and jinja2's runtime behaviour: `str()`/`repr()` output,
 //!   `json.dumps`, string methods, filters and tests.
@@ -25,6 +26,7 @@ mod ops;
 mod parser;
 mod predicates;
 mod pyvalue;
+mod scope;
 mod strftime;
 mod unicode;
 #[rustfmt::skip]
@@ -476,6 +478,17 @@ mod tests {
             })
             .unwrap();
         assert!(h.join().unwrap().iter().all(|&failed| failed));
+        for src in [
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+            "{{ ['x' * 100000] * 1000 }}",
+            "{{ ('\t' * 1000000).expandtabs(1000) }}",
+            "{{ ('\n' * 1000000) | indent(1000) }}",
+            "{{ ('a' * 1000000).replace('', 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx') }}",
+            "{{ (['x' * 1000000] * 100) | join }}",
+        ] {
+            let t = ChatTemplate::compile(src).unwrap();
+            assert!(matches!(t.render(&serde_json::Map::new(), None), Err(RenderError::Failed(_))), "{src}");
+        }
         let deep = serde_json::json!({"x": (0..1000).fold(serde_json::json!(1), |acc, _| serde_json::json!([acc]))});
         let t = ChatTemplate::compile("{{ x }}").unwrap();
         assert!(matches!(

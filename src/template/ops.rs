@@ -10,8 +10,8 @@ use minijinja::{Environment, Error, ErrorKind};
 
 use super::methods::{is_unsafe_method, type_has_method};
 use super::pyvalue::{
-    as_float, as_int, check_size, err, kind, new_list, new_tuple, py_iter, py_str, type_name,
-    BoundMethod, Dict, Kind, PyView, ViewKind,
+    as_float, as_int, check_len, check_size, err, kind, new_list, new_tuple, py_iter, py_str,
+    type_name, BoundMethod, Dict, Kind, PyView, ViewKind,
 };
 
 /// Register the helper filters.
@@ -33,6 +33,7 @@ pub fn register(env: &mut Environment<'static>) {
     });
     env.add_filter("__cj_pos", pos);
     env.add_filter("__cj_id", |v: Value| v);
+    env.add_filter("__cj_undefined", |_: Value| Value::UNDEFINED);
     env.add_filter("__cj_neg", neg);
     env.add_filter("__cj_mul", |a: Value, b: Value| py_mul(&a, &b));
     env.add_filter("__cj_compare", compare_chain);
@@ -43,6 +44,7 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_filter("__cj_ne", |a: Value, b: Value| !py_eq(&a, &b));
     env.add_filter("__cj_dict", dict_literal);
     env.add_filter("__cj_getattr", |v: Value, name: String| getattr(&v, &name));
+    env.add_filter("__cj_item", |v: Value, key: Value| py_getitem(&v, &key));
     env.add_filter("__cj_getitem", |v: Value, key: String| {
         getitem_str(&v, &key)
     });
@@ -244,8 +246,9 @@ fn dict_literal(pairs: Value) -> Result<Value, Error> {
 /// What a `{% for %}` iterates: Python refuses `None`, numbers and other non-iterables.
 fn loop_iterable(v: Value) -> Result<Value, Error> {
     match kind(&v) {
+        // MiniJinja does not know a string loop's length (`loop.last`, `loop.length`).
+        Kind::Str => Ok(new_list(py_iter(&v)?)),
         Kind::Undefined
-        | Kind::Str
         | Kind::List
         | Kind::Tuple
         | Kind::Dict
@@ -260,7 +263,9 @@ fn loop_iterable(v: Value) -> Result<Value, Error> {
 fn concat(first: Value, rest: Rest<Value>) -> Result<Value, Error> {
     let mut out = py_str(&first)?;
     for v in rest.iter() {
-        out.push_str(&py_str(v)?);
+        let s = py_str(v)?;
+        check_len(out.len() + s.len())?;
+        out.push_str(&s);
     }
     Ok(Value::from(out))
 }

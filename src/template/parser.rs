@@ -174,6 +174,14 @@ impl Expr {
         }
     }
 
+    /// Collect the names the expression reads.
+    pub fn names<'a>(&'a self, out: &mut Vec<&'a str>) {
+        if let Expr::Name(n) = self {
+            out.push(n);
+        }
+        self.children().into_iter().for_each(|c| c.names(out));
+    }
+
     /// Whether the tree is deeper than `limit` (recursing at most `limit` levels).
     fn deeper_than(&self, limit: usize) -> bool {
         limit == 0

@@ -34,6 +34,11 @@ pub fn check_size(n: i128) -> Result<usize, Error> {
     Ok(n.max(0) as usize)
 }
 
+/// Refuse to build a string of `bytes` bytes beyond [`MAX_SIZE`] (checked before allocating).
+pub fn check_len(bytes: usize) -> Result<(), Error> {
+    check_size(bytes as i128).map(|_| ())
+}
+
 /// The Python type of a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -426,6 +431,7 @@ fn unprintable(v: &Value) -> Error {
 pub const MAX_DEPTH: usize = 200;
 
 fn write_py(v: &Value, out: &mut String, repr: bool, depth: usize) -> Result<(), Error> {
+    check_len(out.len())?;
     if depth > MAX_DEPTH {
         return Err(err(
             "maximum recursion depth exceeded while getting the repr of an object",
@@ -629,6 +635,7 @@ fn json_key(k: &Value) -> Result<String, Error> {
 }
 
 fn write_json(v: &Value, o: &JsonOptions, level: usize, out: &mut String) -> Result<(), Error> {
+    check_len(out.len())?;
     if level > MAX_DEPTH {
         return Err(err(
             "maximum recursion depth exceeded while encoding a JSON object",
