@@ -74,6 +74,11 @@ def chat_context(messages: list, tools: Optional[list], add_generation_prompt: b
 def differs(ref: tuple[str, str], got: tuple[str, str]) -> Optional[str]:
     """Why the two outcomes disagree, or None."""
     if ref[0] == "err" and got[0] == "err":
+        # raise_exception() must come through as RenderError::Raised with its message
+        raised_ref = ref[1][len("TemplateError: "):] if ref[1].startswith("TemplateError: ") else None
+        raised_got = got[1][len("raised: "):] if got[1].startswith("raised: ") else None
+        if raised_ref != raised_got:
+            return f"raise_exception differs:\n  jinja2:  {ref[1][:300]!r}\n  chatids: {got[1][:300]!r}"
         return None
     if ref[0] == "ok" and got[0] == "ok":
         if ref[1] == got[1]:
