@@ -15,6 +15,7 @@ use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs
 use crate::generic::{JinjaFormat, JinjaRequest};
 use crate::message::Message;
 use crate::mistral_common::MistralCommon;
+use crate::persist::Origin;
 use crate::pieces::Pieces;
 use crate::policies;
 use crate::probes::{self, ProbeReport};
@@ -164,6 +165,8 @@ enum Backend {
 pub struct Encoder {
     backend: Backend,
     stop_token_ids: Vec<u32>,
+    /// What it was built from, for [`Encoder::to_bytes`] (see [`crate::persist`]).
+    origin: Origin,
 }
 
 impl std::fmt::Debug for Encoder {
@@ -261,14 +264,24 @@ impl Encoder {
                         dir.display()
                     ))
                 })?;
-                let mc = MistralCommon::load(&file)?;
-                let stop_token_ids = vec![mc.eos()];
-                Ok(Encoder {
-                    backend: Backend::MistralCommon(Box::new(mc)),
-                    stop_token_ids,
-                })
+                let bytes = std::fs::read(&file)
+                    .map_err(|e| Error::Load(format!("cannot read {}: {e}", file.display())))?;
+                Self::from_mistral_common_bytes(&file, bytes)
             }
         }
+    }
+
+    /// A mistral-common-route encoder from the content of its tokenizer file (`file` is only
+    /// its name, see [`MistralCommon::from_bytes`]).
+    pub(crate) fn from_mistral_common_bytes(file: &Path, bytes: Vec<u8>) -> Result<Self> {
+        let mc = MistralCommon::from_bytes(file, &bytes)?;
+        let stop_token_ids = vec![mc.eos()];
+        let origin = Origin::mistral_common(&mc, bytes);
+        Ok(Encoder {
+            backend: Backend::MistralCommon(Box::new(mc)),
+            stop_token_ids,
+            origin,
+        })
     }
 
     /// Build a transformers-route encoder from a loaded checkpoint (see [`Encoder::from_dir`]).
@@ -383,7 +396,21 @@ impl Encoder {
         Ok(Encoder {
             backend: Backend::Template(Box::new(route)),
             stop_token_ids,
+            origin: Origin::checkpoint(checkpoint, format, allow_external),
         })
+    }
+
+    /// What the encoder was built from (see [`crate::persist`]).
+    pub(crate) fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The mistral-common backend, on that route.
+    pub(crate) fn mistral_common(&self) -> Option<&MistralCommon> {
+        match &self.backend {
+            Backend::MistralCommon(mc) => Some(mc),
+            Backend::Template(_) => None,
+        }
     }
 
     fn template(&self) -> Option<&TemplateRoute> {
@@ -658,7 +685,9 @@ impl Encoder {
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
         if !options.merge_consecutive {
-            return f(&Self::render_pieces(t, messages, options, sanitize, provenance)?);
+            return f(&Self::render_pieces(
+                t, messages, options, sanitize, provenance,
+            )?);
         }
         let (merged, origin) = policies::merge_consecutive(messages)?;
         let mut pieces = Self::render_pieces(t, &merged, options, sanitize, provenance)
@@ -690,7 +719,9 @@ impl Encoder {
     pub fn render(&self, messages: &[Message], options: &EncodeOptions) -> Result<String> {
         match &self.backend {
             Backend::Template(t) => {
-                Self::with_pieces(t, messages, options, false, false, |pieces| Ok(pieces.render()))
+                Self::with_pieces(t, messages, options, false, false, |pieces| {
+                    Ok(pieces.render())
+                })
             }
             Backend::MistralCommon(mc) => {
                 Self::mistral_common_options(options)?;
@@ -733,7 +764,7 @@ impl Encoder {
                     sanitizer: options.sanitize_control_tokens.then_some(&t.control_tokens),
                     newline_ids: &t.newline_ids,
                 };
-                let provenance = tracking.message_indices || tracking.from_content;
+                let provenance = tracking.message_indices || tracking.from_content || tracking.body;
                 Self::with_pieces(
                     t,
                     messages,
@@ -750,15 +781,31 @@ impl Encoder {
         }
     }
 
-    /// Encode many conversations in parallel (rayon) into one flat batch. `num_threads`:
-    /// `None` uses rayon's global pool (all cores, or `RAYON_NUM_THREADS`).
+    /// Encode many conversations in parallel (rayon) into one flat batch of ids; the first
+    /// conversation that cannot be encoded fails the batch. `num_threads`: `None` uses
+    /// `RAYON_NUM_THREADS`, else every core.
     pub fn encode_batch(
         &self,
         conversations: &[Vec<Message>],
         options: &EncodeOptions,
         num_threads: Option<usize>,
     ) -> Result<Batch> {
-        batch::encode_batch(self, conversations, options, num_threads)
+        let batch_options = batch::BatchOptions {
+            num_threads,
+            ..Default::default()
+        };
+        batch::encode_batch(self, conversations, options, &batch_options)
+    }
+
+    /// [`Encoder::encode_batch`] with training columns, truncation and error collection
+    /// ([`batch::BatchOptions`]). An `Err` conversation is one the caller found malformed.
+    pub fn encode_batch_with<C: batch::BatchItem>(
+        &self,
+        conversations: &[C],
+        options: &EncodeOptions,
+        batch_options: &batch::BatchOptions,
+    ) -> Result<Batch> {
+        batch::encode_batch(self, conversations, options, batch_options)
     }
 }
 

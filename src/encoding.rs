@@ -28,6 +28,11 @@ pub struct EncodedChat {
     /// Per token, whether it starts inside caller-supplied text (content, role, template
     /// argument) rather than template text or a template token. Empty unless asked for.
     pub from_content: Vec<bool>,
+    /// Per token, the message whose body (see [`crate::pieces::Piece::body`]) the token
+    /// overlaps, or `-1`. A token that straddles a body boundary (BPE merged header and body
+    /// text) counts as body, as transformers' `{% generation %}` masks count it. Empty unless
+    /// asked for.
+    pub body_messages: Vec<i32>,
 }
 
 /// Which per-token provenance to record besides the ids.
@@ -37,6 +42,21 @@ pub struct Tracking {
     pub message_indices: bool,
     /// Record [`EncodedChat::from_content`].
     pub from_content: bool,
+    /// Record [`EncodedChat::body_messages`].
+    pub body: bool,
+}
+
+impl Tracking {
+    /// Everything.
+    pub const ALL: Tracking = Tracking {
+        message_indices: true,
+        from_content: true,
+        body: true,
+    };
+
+    fn any(self) -> bool {
+        self.message_indices || self.from_content || self.body
+    }
 }
 
 /// Encodes piece streams with one text encoder and one sanitizing policy.
@@ -84,7 +104,7 @@ impl<'e> PieceEncoder<'e> {
                         unreachable!("segments() yields tokens here")
                     };
                     out.ids.push(id);
-                    record(out, tracking, 1, piece.message, false);
+                    record(out, tracking, 1, piece, false);
                 }
                 Segment::Run(run) => self.encode_run(run, at_start, tracking, &mut buffer, out)?,
             }
@@ -173,7 +193,7 @@ impl<'e> PieceEncoder<'e> {
         let uniform = owners
             .clone()
             .all(|i| same_provenance(&run[i], &run[owners.start], tracking));
-        if uniform || (!tracking.message_indices && !tracking.from_content) {
+        if uniform || !tracking.any() {
             let before = out.ids.len();
             match mode {
                 FragmentMode::Plain { at_start } => self.text.encode(
@@ -193,7 +213,7 @@ impl<'e> PieceEncoder<'e> {
                 out,
                 tracking,
                 out.ids.len() - before,
-                owner.message,
+                owner,
                 owner.kind == PieceKind::Content,
             );
             return Ok(());
@@ -213,15 +233,29 @@ impl<'e> PieceEncoder<'e> {
                 self.encode_with_newline_trick(fragment, true, &mut out.ids, Some(&mut starts))?
             }
         }
-        for start in starts {
+        for (k, &start) in starts.iter().enumerate() {
             let owner = &run[piece_at(run, range.start + start)];
-            record(
-                out,
-                tracking,
-                1,
-                owner.message,
-                owner.kind == PieceKind::Content,
-            );
+            if tracking.message_indices {
+                out.message_indices
+                    .push(owner.message.map_or(-1, |m| m as i32));
+            }
+            if tracking.from_content {
+                out.from_content.push(owner.kind == PieceKind::Content);
+            }
+            if tracking.body {
+                // The token's bytes: up to the next token that starts later (byte-level and
+                // byte-fallback tokens of one character share a start).
+                let end = starts[k + 1..]
+                    .iter()
+                    .copied()
+                    .find(|&s| s > start)
+                    .unwrap_or(fragment.len());
+                let body = pieces_overlapping(run, range.start + start..range.start + end)
+                    .map(|i| &run[i])
+                    .find(|p| p.body)
+                    .map_or(-1, |p| p.message.map_or(-1, |m| m as i32));
+                out.body_messages.push(body);
+            }
         }
         Ok(())
     }
@@ -247,7 +281,7 @@ impl<'e> PieceEncoder<'e> {
             }
             .into());
         }
-        record(out, tracking, out.ids.len() - before, owner.message, true);
+        record(out, tracking, out.ids.len() - before, owner, true);
         Ok(())
     }
 
@@ -291,27 +325,33 @@ impl<'e> PieceEncoder<'e> {
     }
 }
 
+/// Record the provenance of `count` tokens that all come from `owner`.
 fn record(
     out: &mut EncodedChat,
     tracking: Tracking,
     count: usize,
-    message: Option<u32>,
+    owner: &Piece<'_>,
     from_content: bool,
 ) {
+    let message = owner.message.map_or(-1, |m| m as i32);
     if tracking.message_indices {
-        let index = message.map_or(-1, |m| m as i32);
         out.message_indices
-            .extend(std::iter::repeat_n(index, count));
+            .extend(std::iter::repeat_n(message, count));
     }
     if tracking.from_content {
         out.from_content
             .extend(std::iter::repeat_n(from_content, count));
+    }
+    if tracking.body {
+        let body = if owner.body { message } else { -1 };
+        out.body_messages.extend(std::iter::repeat_n(body, count));
     }
 }
 
 fn same_provenance(a: &Piece<'_>, b: &Piece<'_>, tracking: Tracking) -> bool {
     (!tracking.message_indices || a.message == b.message)
         && (!tracking.from_content || a.kind == b.kind)
+        && (!tracking.body || (a.body == b.body && (!a.body || a.message == b.message)))
 }
 
 /// Indices of the pieces of `run` that overlap the byte range `range` of the run's text.
@@ -462,6 +502,7 @@ mod tests {
         let tracking = Tracking {
             message_indices: true,
             from_content: true,
+            body: false,
         };
         let (out, calls) = run(&p, true, tracking);
         assert_eq!(
@@ -517,6 +558,7 @@ mod tests {
         let tracking = Tracking {
             message_indices: true,
             from_content: false,
+            body: false,
         };
         let (out, _) = run(&p, true, tracking);
         assert_eq!(out.message_indices, vec![0, 0, 1, -1]);

@@ -13,7 +13,10 @@
 //!   the caller's text already contains; chatids keeps them as text.
 //! * Provenance: each message's content is looked up in the rendered prompt, in message order;
 //!   where the template passed it through unchanged (or trimmed), its tokens carry the
-//!   message index. Template text carries none on this path.
+//!   message index. Template text carries none on this path, except a message's *body*
+//!   (what a loss mask trains, see [`message_bodies`]): from the end of the generation prompt
+//!   text before its content (`<|im_start|>assistant\n`), or from the content if there is
+//!   none, through the first stop token after it (`<|im_end|>`), or the content's end.
 
 use serde_json::{Map, Value};
 
@@ -49,6 +52,14 @@ pub struct JinjaRequest<'a> {
 pub struct JinjaFormat {
     template: ChatTemplate,
     special_tokens: Map<String, Value>,
+    /// What `add_generation_prompt=True` appends to a one-user-message conversation, if the
+    /// template appends anything (the header of an assistant turn).
+    generation_prompt: Option<String>,
+    /// The texts of the checkpoint's end-of-turn tokens (`eos_token`, `generation_config`).
+    stop_texts: Vec<String>,
+    /// The texts of its special tokens: one right after a message's text ends its body when
+    /// no stop token does (gpt-oss closes earlier turns with `<|end|>`, not a stop token).
+    special_texts: Vec<String>,
 }
 
 impl JinjaFormat {
@@ -59,10 +70,53 @@ impl JinjaFormat {
             .iter()
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
             .collect();
-        JinjaFormat {
+        let mut stop_texts: Vec<String> = checkpoint
+            .special_tokens
+            .eos
+            .iter()
+            .cloned()
+            .chain(
+                checkpoint
+                    .generation_eos_ids
+                    .iter()
+                    .filter_map(|&id| checkpoint.tokenizer.id_to_token(id)),
+            )
+            .filter(|t| !t.is_empty())
+            .collect();
+        stop_texts.sort();
+        stop_texts.dedup();
+        let special_texts = checkpoint
+            .added_tokens
+            .iter()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content.clone())
+            .collect();
+        let mut format = JinjaFormat {
             template,
             special_tokens,
-        }
+            generation_prompt: None,
+            stop_texts,
+            special_texts,
+        };
+        format.generation_prompt = format.find_generation_prompt();
+        format
+    }
+
+    /// The text `add_generation_prompt=True` appends to `[{"role": "user", ...}]`.
+    fn find_generation_prompt(&self) -> Option<String> {
+        let messages = [Message::new("user", "Hi")];
+        let render = |add_generation_prompt| {
+            let kwargs = crate::formats::TemplateArgs::new();
+            let request = JinjaRequest {
+                add_generation_prompt,
+                kwargs: &kwargs,
+                now: Some(crate::probes::PROBE_NOW),
+            };
+            self.render(&messages, &request).ok()
+        };
+        let (without, with) = (render(false)?, render(true)?);
+        let prompt = with.strip_prefix(without.as_str())?;
+        (!prompt.is_empty()).then(|| prompt.to_string())
     }
 
     /// The compiled template.
@@ -106,7 +160,14 @@ impl JinjaFormat {
         } else {
             Vec::new()
         };
-        split_rendered(&rendered, &spans, sanitizer.is_some())
+        let bodies = message_bodies(
+            &rendered,
+            &spans,
+            self.generation_prompt.as_deref(),
+            &self.stop_texts,
+            &self.special_texts,
+        );
+        split_rendered_with_bodies(&rendered, &spans, &bodies, sanitizer.is_some())
     }
 
     fn render_context(
@@ -360,6 +421,68 @@ fn align_spans(tagged: &str, real: &str) -> Option<Vec<ContentSpan>> {
     (r == real.len()).then_some(spans)
 }
 
+/// The body of each message whose text was found (`spans`), as byte ranges of `rendered`:
+/// from the end of the last `generation_prompt` text between the previous message's text and
+/// this one's (else from its text), through the end of the first stop token after its text
+/// and before the next message's text, else through a special token that directly follows
+/// its text, else to its text's end. Tokens that came from caller text (marked) do not count.
+fn message_bodies(
+    rendered: &str,
+    spans: &[ContentSpan],
+    generation_prompt: Option<&str>,
+    stop_texts: &[String],
+    special_texts: &[String],
+) -> Vec<ContentSpan> {
+    // (message, first byte, last byte) of each message's texts, in rendered order.
+    let mut extents: Vec<(usize, usize, usize)> = Vec::new();
+    for s in spans {
+        match extents.last_mut() {
+            Some(e) if e.0 == s.message => e.2 = s.end,
+            _ => extents.push((s.message, s.start, s.end)),
+        }
+    }
+    let mut bodies = Vec::with_capacity(extents.len());
+    for (k, &(message, first, last)) in extents.iter().enumerate() {
+        let before = if k == 0 { 0 } else { extents[k - 1].2 };
+        let after = extents.get(k + 1).map_or(rendered.len(), |e| e.1);
+        if bodies.iter().any(|b: &ContentSpan| b.message == message) || before > first {
+            // The template wrote this message's texts apart or out of order: no body.
+            continue;
+        }
+        let start = generation_prompt
+            .and_then(|gp| {
+                rendered[before..first]
+                    .rfind(gp)
+                    .map(|i| before + i + gp.len())
+            })
+            .unwrap_or(first)
+            .max(bodies.last().map_or(0, |b: &ContentSpan| b.end));
+        let tail = &rendered[last..after];
+        let end = stop_texts
+            .iter()
+            .filter_map(|stop| {
+                tail.match_indices(stop.as_str())
+                    .find(|(i, _)| !tail[..*i].ends_with(MARK_START))
+                    .map(|(i, _)| i + stop.len())
+            })
+            .min()
+            .or_else(|| {
+                special_texts
+                    .iter()
+                    .filter(|t| tail.starts_with(t.as_str()))
+                    .map(String::len)
+                    .max()
+            })
+            .map_or(last, |e| last + e);
+        bodies.push(ContentSpan {
+            start,
+            end,
+            message,
+        });
+    }
+    bodies
+}
+
 /// Cut the rendered prompt into pieces: content spans become content pieces tagged with
 /// their message, the rest template text; with `marked`, every `START token END` becomes a
 /// content piece holding the token (so the sanitizer encodes it as text).
@@ -368,35 +491,63 @@ pub fn split_rendered(
     spans: &[ContentSpan],
     marked: bool,
 ) -> Result<Pieces<'static>, TemplateError> {
+    split_rendered_with_bodies(rendered, spans, &[], marked)
+}
+
+/// [`split_rendered`], with the pieces inside `bodies` marked as their message's body
+/// (template text there is tagged with the body's message).
+fn split_rendered_with_bodies(
+    rendered: &str,
+    spans: &[ContentSpan],
+    bodies: &[ContentSpan],
+    marked: bool,
+) -> Result<Pieces<'static>, TemplateError> {
     let mut pieces = Pieces::new();
-    let mut emit = |text: &str, message: Option<usize>, content: bool| {
+    let mut emit = |text: &str, (message, content, body): (Option<usize>, bool, bool)| {
         if text.is_empty() {
             return;
         }
         pieces.set_message(message);
+        if body {
+            pieces.begin_body();
+        }
         if content {
             pieces.content(text.to_string());
         } else {
             pieces.text(text.to_string());
         }
     };
-    // Split by content spans first, then each part at markers.
-    let mut parts: Vec<(&str, Option<usize>)> = Vec::new();
-    let mut cursor = 0;
-    for s in spans {
-        parts.push((&rendered[cursor..s.start], None));
-        parts.push((&rendered[s.start..s.end], Some(s.message)));
-        cursor = s.end;
-    }
-    parts.push((&rendered[cursor..], None));
-    for (text, message) in parts {
+    // Split at span and body boundaries first, then each part at markers.
+    let mut cuts: Vec<usize> = spans
+        .iter()
+        .chain(bodies)
+        .flat_map(|s| [s.start, s.end])
+        .chain([0, rendered.len()])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    // Both lists are sorted and do not overlap.
+    let covering = |ranges: &[ContentSpan], at: usize| {
+        let i = ranges.partition_point(|s| s.end <= at);
+        ranges.get(i).filter(|s| s.start <= at).map(|s| s.message)
+    };
+    let parts = cuts.windows(2).map(|w| {
+        let span = covering(spans, w[0]);
+        let body = covering(bodies, w[0]);
+        (
+            &rendered[w[0]..w[1]],
+            (span.or(body), span.is_some(), body.is_some()),
+        )
+    });
+    for (text, origin) in parts {
+        let (message, _, body) = origin;
         if !marked {
-            emit(text, message, message.is_some());
+            emit(text, origin);
             continue;
         }
         let mut rest = text;
         while let Some(start) = rest.find([MARK_START, MARK_END]) {
-            emit(&rest[..start], message, message.is_some());
+            emit(&rest[..start], origin);
             let after = &rest[start..];
             let lone = || {
                 TemplateError::whole(
@@ -410,11 +561,12 @@ pub fn split_rendered(
             let inner_start = MARK_START.len_utf8();
             // A marker character the caller's text held, wrapped by `mark_str`: kept as text.
             let wrapped = &after[inner_start..];
-            if let Some(kept) = [MARK_START, MARK_END].into_iter().find(|&m| {
-                wrapped.starts_with(m) && wrapped[m.len_utf8()..].starts_with(MARK_END)
-            }) {
+            if let Some(kept) = [MARK_START, MARK_END]
+                .into_iter()
+                .find(|&m| wrapped.starts_with(m) && wrapped[m.len_utf8()..].starts_with(MARK_END))
+            {
                 let mut buf = [0u8; 4];
-                emit(kept.encode_utf8(&mut buf), message, true);
+                emit(kept.encode_utf8(&mut buf), (message, true, body));
                 rest = &wrapped[kept.len_utf8() + MARK_END.len_utf8()..];
                 continue;
             }
@@ -426,10 +578,10 @@ pub fn split_rendered(
                 return Err(lone());
             }
             // A marked token (or a kept marker character): caller text.
-            emit(inner, message, true);
+            emit(inner, (message, true, body));
             rest = &after[inner_start + end + MARK_END.len_utf8()..];
         }
-        emit(rest, message, message.is_some());
+        emit(rest, origin);
     }
     Ok(pieces)
 }
@@ -440,6 +592,41 @@ mod tests {
 
     fn control() -> ControlTokens {
         ControlTokens::new(vec![("<|eot_id|>".into(), 1), ("<|im_end|>".into(), 2)])
+    }
+
+    #[test]
+    fn bodies_run_from_the_generation_prompt_through_the_stop_token() {
+        let r = "<s>U:hi<e>\nA:ok<e>\nA:x<end>U:y";
+        let at = |t: &str| r.find(t).unwrap();
+        let span = |t: &str, message| ContentSpan {
+            start: at(t),
+            end: at(t) + t.len(),
+            message,
+        };
+        let spans = [span("hi", 0), span("ok", 1), span("x", 2), span("y", 3)];
+        let stops = ["<e>".to_string()];
+        let specials = ["<end>".to_string(), "<e>".to_string()];
+        let bodies = message_bodies(r, &spans, Some("A:"), &stops, &specials);
+        let texts: Vec<(&str, usize)> = bodies
+            .iter()
+            .map(|b| (&r[b.start..b.end], b.message))
+            .collect();
+        assert_eq!(
+            texts,
+            vec![("hi<e>", 0), ("ok<e>", 1), ("x<end>", 2), ("y", 3)]
+        );
+        // A stop token that came from caller text (marked) does not end a body.
+        let marked = "A:ok\u{F0000}<e>\u{F0001}z<e>";
+        let spans = [ContentSpan {
+            start: 2,
+            end: 4,
+            message: 0,
+        }];
+        let bodies = message_bodies(marked, &spans, Some("A:"), &stops, &[]);
+        assert_eq!(
+            &marked[bodies[0].start..bodies[0].end],
+            "ok\u{F0000}<e>\u{F0001}z<e>"
+        );
     }
 
     #[test]
@@ -475,7 +662,12 @@ mod tests {
             ]
         );
         assert!(split_rendered("a\u{F0001}b", &[], true).is_err());
-        let kept = split_rendered("a\u{F0000}\u{F0000}\u{F0001}b\u{F0000}\u{F0001}\u{F0001}", &[], true).unwrap();
+        let kept = split_rendered(
+            "a\u{F0000}\u{F0000}\u{F0001}b\u{F0000}\u{F0001}\u{F0001}",
+            &[],
+            true,
+        )
+        .unwrap();
         assert_eq!(kept.render(), "a\u{F0000}b\u{F0001}");
         assert!(split_rendered("a\u{F0000}b", &[], true).is_err());
     }
@@ -489,8 +681,16 @@ mod tests {
         assert_eq!(
             spans,
             vec![
-                ContentSpan { start: 14, end: 15, message: 0 },
-                ContentSpan { start: 16, end: 18, message: 1 }
+                ContentSpan {
+                    start: 14,
+                    end: 15,
+                    message: 0
+                },
+                ContentSpan {
+                    start: 16,
+                    end: 18,
+                    message: 1
+                }
             ]
         );
         // A template that changed the text (upper-cased it) gives no spans at all.

@@ -15,7 +15,8 @@
 //!    the [`text::TextEncoder`], control tokens in content neutralised
 //!    ([`control_tokens`]).
 //! 4. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
-//!    parallel.
+//!    parallel (on chatids' own thread pools, safe after `fork()`); [`persist`] turns an
+//!    encoder into bytes and back (Python pickles encoders by value with it).
 //!
 //! The Python bindings (`chatids._core`, feature `python`) only convert types.
 //!
@@ -41,12 +42,15 @@ pub mod generic;
 pub mod lint;
 pub mod message;
 pub mod mistral_common;
+pub mod packing;
+pub mod persist;
 pub mod pieces;
 pub mod policies;
 pub mod probes;
 pub mod pystr;
 pub mod template;
 pub mod text;
+pub mod training;
 
 #[cfg(feature = "python")]
 mod python;

@@ -40,6 +40,9 @@ pub struct Message {
     /// the caller provided it. The generic Jinja path renders from this, so templates see
     /// keys the fields above do not model (`tool_call_id`, `name`, tool call arguments...).
     pub raw: Option<std::sync::Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// The caller's `train` key: whether a loss mask trains this message's body, overriding
+    /// the `train_on` policy (see [`crate::training`]). Templates ignore it.
+    pub train: Option<bool>,
 }
 
 impl Message {

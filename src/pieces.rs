@@ -39,6 +39,12 @@ pub struct Piece<'a> {
     /// Index of the message it belongs to; `None` for template text outside any message
     /// (a default system prompt, the generation prompt).
     pub message: Option<u32>,
+    /// Whether the piece is in the *body* of its message: what follows the role header, up
+    /// to and including the token that ends the turn (`<|eot_id|>`, `<|im_end|>`, `</s>`,
+    /// `<end_of_turn>`), but not the separator after it. For an assistant message this is
+    /// exactly what the model generates after the generation prompt, so it is what a loss
+    /// mask trains (see [`crate::training`]).
+    pub body: bool,
 }
 
 /// A group of consecutive pieces that the encoder handles together.
@@ -55,6 +61,7 @@ pub enum Segment<'p, 'a> {
 pub struct Pieces<'a> {
     items: Vec<Piece<'a>>,
     message: Option<u32>,
+    body: bool,
 }
 
 impl<'a> Pieces<'a> {
@@ -63,9 +70,26 @@ impl<'a> Pieces<'a> {
         Pieces::default()
     }
 
-    /// Tag the pieces that follow with message `index` (`None`: no message).
+    /// Tag the pieces that follow with message `index` (`None`: no message), in its header
+    /// (not its body) until [`Pieces::begin_body`].
     pub fn set_message(&mut self, index: Option<usize>) {
         self.message = index.map(|i| i as u32);
+        self.body = false;
+    }
+
+    /// The pieces that follow are the body of the current message (after its role header).
+    pub fn begin_body(&mut self) {
+        self.body = true;
+    }
+
+    /// The body of the current message ended (after its end-of-turn token).
+    pub fn end_body(&mut self) {
+        self.body = false;
+    }
+
+    /// Whether the pieces that follow are in a message body.
+    pub fn in_body(&self) -> bool {
+        self.body
     }
 
     /// Emit a template control token.
@@ -74,6 +98,7 @@ impl<'a> Pieces<'a> {
             kind: PieceKind::Token(token.id),
             text: Cow::Borrowed(&token.text),
             message: self.message,
+            body: self.body,
         });
     }
 
@@ -93,6 +118,7 @@ impl<'a> Pieces<'a> {
                 kind,
                 text,
                 message: self.message,
+                body: self.body,
             });
         }
     }

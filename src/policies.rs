@@ -3,7 +3,8 @@
 //!
 //! * `merge_consecutive`: consecutive messages of the same role are joined into one, with a
 //!   blank line (`"\n\n"`) between their contents, before the template sees them. Templates that
-//!   enforce user/assistant alternation raise on such conversations otherwise.
+//!   enforce user/assistant alternation raise on such conversations otherwise. Messages with
+//!   different `train` keys are not merged (an error).
 //!
 //! (`system="fold"` / `"error"` is a per-format decision and lives in [`crate::formats`].)
 
@@ -48,6 +49,12 @@ pub fn merge_consecutive(
             }
         }
         let prev = merged.last_mut().expect("a previous message");
+        if prev.train != m.train {
+            return Err(TemplateError::at(
+                i,
+                "merge_consecutive cannot merge messages with different 'train' keys",
+            ));
+        }
         match (&mut prev.content, &m.content) {
             (Some(Content::Text(a)), Some(Content::Text(b))) => {
                 a.push_str(MERGE_SEPARATOR);
@@ -75,7 +82,7 @@ fn extra_key(message: &Message) -> Option<&str> {
         .as_ref()?
         .keys()
         .map(String::as_str)
-        .find(|k| !matches!(*k, "role" | "content"))
+        .find(|k| !matches!(*k, "role" | "content" | "train"))
 }
 
 /// Point an error about a merged message at the original message it starts with.

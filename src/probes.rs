@@ -194,7 +194,11 @@ fn feature_kwargs(format: &dyn ChatFormat) -> Vec<(&'static str, TemplateArgs, D
         for flag in [false, true] {
             let mut args = TemplateArgs::new();
             args.insert("enable_thinking".into(), TemplateValue::Bool(flag));
-            let name = if flag { "enable_thinking=True" } else { "enable_thinking=False" };
+            let name = if flag {
+                "enable_thinking=True"
+            } else {
+                "enable_thinking=False"
+            };
             out.push((name, args, PROBE_NOW));
         }
     }

@@ -13,6 +13,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use crate::batch::{BatchOptions, OnError};
 use crate::encoder::{EncodeOptions, Encoder, LoadOptions, Route};
 use crate::encoding::Tracking;
 use crate::error::{Error, TemplateError};
@@ -20,6 +21,7 @@ use crate::formats::{SystemPolicy, TemplateArgs};
 use crate::lint::LintContext;
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 use crate::template::DateTime;
+use crate::training::{TrainOn, TrainingOptions, Truncated, TruncationPolicy};
 
 create_exception!(
     _core,
@@ -164,7 +166,18 @@ fn message_from_py(obj: &Bound<'_, PyAny>, i: usize, raw: bool) -> Result<Messag
         reasoning_content,
         tool_calls,
         raw: None,
+        train: train_flag(field("train")?.as_ref(), i)?,
     })
+}
+
+/// A message's `train` key: a bool (or None, same as absent).
+fn train_flag(value: Option<&Bound<'_, PyAny>>, i: usize) -> Result<Option<bool>, TemplateError> {
+    match value {
+        None => Ok(None),
+        Some(v) => v.cast::<PyBool>().map(|b| Some(b.is_true())).map_err(|_| {
+            TemplateError::at(i, format!("'train' must be a bool, not {}", type_name(v)))
+        }),
+    }
 }
 
 /// A message for the generic path: the whole dict as JSON (`None` values dropped, as
@@ -193,12 +206,14 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
         .iter()
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
     let tool_calls = field("tool_calls").map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    let train = train_flag(field("train").as_ref(), i)?;
     Ok(Message {
         role,
         content,
         reasoning_content,
         tool_calls,
         raw: Some(Arc::new(map)),
+        train,
     })
 }
 
@@ -353,6 +368,49 @@ struct CallOptions<'a, 'py> {
     now: Option<(i32, u32, u32, u32, u32, u32)>,
 }
 
+/// A truncation report for Python: `(policy, original_length, dropped_tokens, dropped_messages)`.
+type TruncationTuple = (&'static str, usize, usize, Vec<usize>);
+
+fn truncation_tuple(t: Truncated) -> TruncationTuple {
+    (
+        t.policy.name(),
+        t.original_length,
+        t.dropped_tokens,
+        t.dropped_messages,
+    )
+}
+
+/// The training options of one call; `truncation=None` means `"error"`.
+fn training_options(
+    mask: bool,
+    train_on: &str,
+    max_length: Option<usize>,
+    truncation: Option<&str>,
+    provenance: bool,
+) -> PyResult<TrainingOptions> {
+    let convert = || -> Result<TrainingOptions, TemplateError> {
+        let truncation = match truncation {
+            None => TruncationPolicy::Error,
+            Some(name) => {
+                if max_length.is_none() {
+                    return Err(TemplateError::whole(format!(
+                        "truncation={name:?} needs max_length"
+                    )));
+                }
+                TruncationPolicy::parse(name)?
+            }
+        };
+        Ok(TrainingOptions {
+            mask,
+            train_on: TrainOn::parse(train_on)?,
+            max_length,
+            truncation,
+            provenance,
+        })
+    };
+    convert().map_err(|e| to_py_err(e.into()))
+}
+
 fn options(call: CallOptions<'_, '_>) -> PyResult<EncodeOptions> {
     let convert = || -> Result<EncodeOptions, TemplateError> {
         Ok(EncodeOptions {
@@ -475,10 +533,13 @@ impl PyEncoder {
         use rayon::prelude::*;
         let encoded = py.detach(|| {
             guarded(|| {
-                texts
-                    .par_iter()
-                    .map(|t| self.inner.encode_rendered(t, marked))
-                    .collect::<Result<Vec<_>, _>>()
+                // On chatids' own pool, never rayon's global one (see `batch::install`).
+                crate::batch::install(None, || {
+                    texts
+                        .par_iter()
+                        .map(|t| self.inner.encode_rendered(t, marked))
+                        .collect::<Result<Vec<_>, _>>()
+                })?
             })
         })?;
         let mut offsets = Vec::with_capacity(encoded.len() + 1);
@@ -567,6 +628,7 @@ impl PyEncoder {
         let tracking = Tracking {
             message_indices: true,
             from_content: true,
+            body: false,
         };
         let chat =
             py.detach(|| guarded(|| self.inner.encode_tracked(&messages, &options, tracking)))?;
@@ -604,7 +666,71 @@ impl PyEncoder {
         py.detach(|| guarded(|| self.inner.render(&messages, &options)))
     }
 
-    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false, now=None))]
+    /// One conversation for training: `(ids, mask or None, truncation or None,
+    /// message_indices or None, from_content or None)`; a truncation is `(policy,
+    /// original_length, dropped_tokens, dropped_messages)`.
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, mask=false, train_on="all_assistant", max_length=None, truncation=None, provenance=false))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn encode_training<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        add_generation_prompt: bool,
+        sanitize_control_tokens: bool,
+        kwargs: Option<&Bound<'py, PyDict>>,
+        system: Option<&str>,
+        merge_consecutive: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
+        mask: bool,
+        train_on: &str,
+        max_length: Option<usize>,
+        truncation: Option<&str>,
+        provenance: bool,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u32>>,
+        Option<Bound<'py, PyArray1<u8>>>,
+        Option<TruncationTuple>,
+        Option<Bound<'py, PyArray1<i32>>>,
+        Option<Bound<'py, PyArray1<bool>>>,
+    )> {
+        let training = training_options(mask, train_on, max_length, truncation, provenance)?;
+        let (messages, options) = request(
+            messages,
+            CallOptions {
+                add_generation_prompt,
+                sanitize_control_tokens,
+                kwargs,
+                system,
+                merge_consecutive,
+                raw: self.inner.is_generic(),
+                now,
+            },
+        )?;
+        let chat = py.detach(|| {
+            guarded(|| {
+                crate::training::encode_for_training(&self.inner, &messages, &options, &training)
+            })
+        })?;
+        let (indices, origins) = match chat.provenance {
+            Some(p) => (
+                Some(p.message_indices.into_pyarray(py)),
+                Some(p.from_content.into_pyarray(py)),
+            ),
+            None => (None, None),
+        };
+        Ok((
+            chat.ids.into_pyarray(py),
+            mask.then(|| chat.mask.into_pyarray(py)),
+            chat.truncation.map(truncation_tuple),
+            indices,
+            origins,
+        ))
+    }
+
+    /// Many conversations in parallel: `(ids, offsets, mask or None, truncations, errors)`,
+    /// truncations as `(index, policy, original_length, dropped_tokens, dropped_messages)`,
+    /// errors (with `on_error="collect"`) as `(index, message)`.
+    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false, now=None, mask=false, train_on="all_assistant", max_length=None, truncation=None, on_error="raise"))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_batch<'py>(
         &self,
@@ -617,20 +743,45 @@ impl PyEncoder {
         system: Option<&str>,
         merge_consecutive: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
-    ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
+        mask: bool,
+        train_on: &str,
+        max_length: Option<usize>,
+        truncation: Option<&str>,
+        on_error: &str,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u32>>,
+        Bound<'py, PyArray1<i64>>,
+        Option<Bound<'py, PyArray1<u8>>>,
+        Vec<(usize, TruncationTuple)>,
+        Vec<(usize, String)>,
+    )> {
+        let on_error = match on_error {
+            "raise" => OnError::Raise,
+            "collect" => OnError::Collect,
+            other => {
+                return Err(to_py_err(
+                    TemplateError::whole(format!(
+                        "on_error must be \"raise\" or \"collect\", not {other:?}"
+                    ))
+                    .into(),
+                ))
+            }
+        };
+        let batch_options = BatchOptions {
+            training: training_options(mask, train_on, max_length, truncation, false)?,
+            on_error,
+            num_threads,
+        };
         let items = sequence_items(
             conversations,
             "conversations must be a list of conversations (lists of message dicts)",
         )
         .map_err(|e| to_py_err(e.into()))?;
-        let convs = items
+        let generic = self.inner.is_generic();
+        let convs: Vec<Result<Vec<Message>, TemplateError>> = items
             .iter()
-            .enumerate()
-            .map(|(c, conv)| {
-                messages_from_py(conv, self.inner.is_generic()).map_err(|e| e.in_conversation(c))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| to_py_err(e.into()))?;
+            .map(|conv| messages_from_py(conv, generic))
+            .collect();
         let options = options(CallOptions {
             add_generation_prompt,
             sanitize_control_tokens,
@@ -640,9 +791,27 @@ impl PyEncoder {
             raw: false,
             now,
         })?;
-        let batch =
-            py.detach(|| guarded(|| self.inner.encode_batch(&convs, &options, num_threads)))?;
-        Ok((batch.ids.into_pyarray(py), batch.offsets.into_pyarray(py)))
+        let batch = py.detach(|| {
+            guarded(|| {
+                self.inner
+                    .encode_batch_with(&convs, &options, &batch_options)
+            })
+        })?;
+        Ok((
+            batch.ids.into_pyarray(py),
+            batch.offsets.into_pyarray(py),
+            mask.then(|| batch.mask.into_pyarray(py)),
+            batch
+                .truncations
+                .into_iter()
+                .map(|(i, t)| (i, truncation_tuple(t)))
+                .collect(),
+            batch
+                .errors
+                .into_iter()
+                .map(|(i, e)| (i, e.to_string()))
+                .collect(),
+        ))
     }
 
     /// Findings as `(code, message index or None, explanation)` tuples.
@@ -682,6 +851,23 @@ impl PyEncoder {
             .into_iter()
             .map(|f| (f.code, f.message, f.explanation))
             .collect())
+    }
+
+    /// The encoder's state as bytes (what `chatids.Encoder` pickles): the tokenizer and the
+    /// template travel with it, so `from_bytes` reads no file.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let state = py.detach(|| guarded(|| self.inner.to_bytes()))?;
+        Ok(pyo3::types::PyBytes::new(py, &state))
+    }
+
+    /// Rebuild an encoder from `to_bytes()`; reads no file. Raises `CheckpointError` on bytes
+    /// that are not a state of this chatids version.
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, state: &[u8]) -> PyResult<Self> {
+        let encoder = py.detach(|| guarded(|| Encoder::from_bytes(state)))?;
+        Ok(PyEncoder {
+            inner: Arc::new(encoder),
+        })
     }
 }
 
@@ -772,6 +958,198 @@ fn _gguf_tokenizer_json(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(S
     })
 }
 
+/// The arrays of `chatids.pack`: first-fit decreasing over `lengths` (tokens kept of each
+/// conversation; 0 = not placed), then the rows, all flat: `(input_ids, labels, position_ids,
+/// attention_mask, sequence_ids, conversation_index, cu_seqlens, row_offsets, members)`.
+#[pyfunction]
+#[pyo3(signature = (ids, offsets, lengths, seq_len, pad_id, labels=None))]
+#[allow(clippy::type_complexity)]
+fn _pack<'py>(
+    py: Python<'py>,
+    ids: numpy::PyReadonlyArray1<'py, u32>,
+    offsets: numpy::PyReadonlyArray1<'py, i64>,
+    lengths: numpy::PyReadonlyArray1<'py, i64>,
+    seq_len: usize,
+    pad_id: i64,
+    labels: Option<numpy::PyReadonlyArray1<'py, i64>>,
+) -> PyResult<(
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i32>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i32>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+)> {
+    use crate::packing::{fill_into, first_fit_decreasing, PackedRowsMut};
+    use numpy::PyArrayMethods;
+    let contiguous = |e: numpy::AsSliceError| PyValueError::new_err(format!("_pack: {e}"));
+    let ids = ids.as_slice().map_err(contiguous)?;
+    let offsets = offsets.as_slice().map_err(contiguous)?;
+    let labels = labels
+        .as_ref()
+        .map(|l| l.as_slice())
+        .transpose()
+        .map_err(contiguous)?;
+    let lengths = lengths
+        .as_slice()
+        .map_err(contiguous)?
+        .iter()
+        .map(|&l| usize::try_from(l))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| PyValueError::new_err("_pack: negative length"))?;
+    let packing =
+        packing_call(py.detach(|| {
+            catch_unwind(AssertUnwindSafe(|| first_fit_decreasing(&lengths, seq_len)))
+        }))?;
+    // numpy allocates the outputs (its allocator asks for huge pages, which matters at this size).
+    let total = packing.num_rows() * seq_len;
+    let input_ids = PyArray1::<i64>::zeros(py, total, false);
+    let out_labels = PyArray1::<i64>::zeros(py, total, false);
+    let position_ids = PyArray1::<i64>::zeros(py, total, false);
+    let attention_mask = PyArray1::<i64>::zeros(py, total, false);
+    let sequence_ids = PyArray1::<i32>::zeros(py, total, false);
+    let conversation_index = PyArray1::<i64>::zeros(py, total, false);
+    let cu_seqlens = {
+        let mut a = input_ids.readwrite();
+        let mut b = out_labels.readwrite();
+        let mut c = position_ids.readwrite();
+        let mut d = attention_mask.readwrite();
+        let mut e = sequence_ids.readwrite();
+        let mut f = conversation_index.readwrite();
+        let out = PackedRowsMut {
+            input_ids: a.as_slice_mut().map_err(contiguous)?,
+            labels: b.as_slice_mut().map_err(contiguous)?,
+            position_ids: c.as_slice_mut().map_err(contiguous)?,
+            attention_mask: d.as_slice_mut().map_err(contiguous)?,
+            sequence_ids: e.as_slice_mut().map_err(contiguous)?,
+            conversation_index: f.as_slice_mut().map_err(contiguous)?,
+        };
+        packing_call(py.detach(|| {
+            catch_unwind(AssertUnwindSafe(|| {
+                fill_into(ids, offsets, labels, &lengths, &packing, pad_id, out)
+            }))
+        }))?
+    };
+    let as_i64 = |v: Vec<usize>| v.into_iter().map(|x| x as i64).collect::<Vec<i64>>();
+    Ok((
+        input_ids,
+        out_labels,
+        position_ids,
+        attention_mask,
+        sequence_ids,
+        conversation_index,
+        cu_seqlens.into_pyarray(py),
+        as_i64(packing.row_offsets).into_pyarray(py),
+        as_i64(packing.members).into_pyarray(py),
+    ))
+}
+
+/// A packing result as a Python error: `ValueError` for bad input, `RuntimeError` for a panic.
+fn packing_call<T>(
+    result: std::thread::Result<Result<T, crate::packing::PackError>>,
+) -> PyResult<T> {
+    match result {
+        Ok(done) => done.map_err(|e| PyValueError::new_err(e.to_string())),
+        Err(_) => Err(PyRuntimeError::new_err(
+            "chatids internal error (please report): packing panicked",
+        )),
+    }
+}
+
+/// The arrays of `Batch.to_padded`: one row of `width` per conversation, its first
+/// `lengths[i]` tokens then padding (before them with `left`): `(input_ids, attention_mask,
+/// labels, assistant_mask)`, the last two None unless given.
+#[pyfunction]
+#[pyo3(signature = (ids, offsets, lengths, width, pad_id, left, labels=None, assistant_mask=None))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+fn _pad<'py>(
+    py: Python<'py>,
+    ids: numpy::PyReadonlyArray1<'py, u32>,
+    offsets: numpy::PyReadonlyArray1<'py, i64>,
+    lengths: numpy::PyReadonlyArray1<'py, i64>,
+    width: usize,
+    pad_id: i64,
+    left: bool,
+    labels: Option<numpy::PyReadonlyArray1<'py, i64>>,
+    assistant_mask: Option<numpy::PyReadonlyArray1<'py, u8>>,
+) -> PyResult<(
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Option<Bound<'py, PyArray1<i64>>>,
+    Option<Bound<'py, PyArray1<i64>>>,
+)> {
+    use crate::packing::{fill_padded_into, PaddedRowsMut};
+    use numpy::PyArrayMethods;
+    let contiguous = |e: numpy::AsSliceError| PyValueError::new_err(format!("_pad: {e}"));
+    let ids = ids.as_slice().map_err(contiguous)?;
+    let offsets = offsets.as_slice().map_err(contiguous)?;
+    let labels = labels
+        .as_ref()
+        .map(|l| l.as_slice())
+        .transpose()
+        .map_err(contiguous)?;
+    let assistant_mask = assistant_mask
+        .as_ref()
+        .map(|m| m.as_slice())
+        .transpose()
+        .map_err(contiguous)?;
+    let lengths = lengths
+        .as_slice()
+        .map_err(contiguous)?
+        .iter()
+        .map(|&l| usize::try_from(l))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| PyValueError::new_err("_pad: negative length"))?;
+    let total = lengths
+        .len()
+        .checked_mul(width)
+        .ok_or_else(|| PyValueError::new_err("_pad: too many rows"))?;
+    // numpy allocates the outputs (its allocator asks for huge pages, which matters at this size).
+    let input_ids = PyArray1::<i64>::zeros(py, total, false);
+    let attention_mask = PyArray1::<i64>::zeros(py, total, false);
+    let out_labels = labels.map(|_| PyArray1::<i64>::zeros(py, total, false));
+    let out_mask = assistant_mask.map(|_| PyArray1::<i64>::zeros(py, total, false));
+    {
+        let mut a = input_ids.readwrite();
+        let mut b = attention_mask.readwrite();
+        let mut c = out_labels.as_ref().map(|x| x.readwrite());
+        let mut d = out_mask.as_ref().map(|x| x.readwrite());
+        let out = PaddedRowsMut {
+            input_ids: a.as_slice_mut().map_err(contiguous)?,
+            attention_mask: b.as_slice_mut().map_err(contiguous)?,
+            labels: c
+                .as_mut()
+                .map(|x| x.as_slice_mut())
+                .transpose()
+                .map_err(contiguous)?,
+            assistant_mask: d
+                .as_mut()
+                .map(|x| x.as_slice_mut())
+                .transpose()
+                .map_err(contiguous)?,
+        };
+        packing_call(py.detach(|| {
+            catch_unwind(AssertUnwindSafe(|| {
+                fill_padded_into(
+                    ids,
+                    offsets,
+                    labels,
+                    assistant_mask,
+                    &lengths,
+                    width,
+                    pad_id,
+                    left,
+                    out,
+                )
+            }))
+        }))?;
+    }
+    Ok((input_ids, attention_mask, out_labels, out_mask))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEncoder>()?;
@@ -779,6 +1157,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_tekken_encode, m)?)?;
     m.add_function(wrap_pyfunction!(_jinja_render, m)?)?;
     m.add_function(wrap_pyfunction!(_gguf_tokenizer_json, m)?)?;
+    m.add_function(wrap_pyfunction!(_pack, m)?)?;
+    m.add_function(wrap_pyfunction!(_pad, m)?)?;
     m.add("ChatTemplateError", m.py().get_type::<ChatTemplateError>())?;
     m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -9,7 +9,9 @@ template, and safe against special-token injection by default::
 """
 
 from ._core import ChatTemplateError, CheckpointError, __version__
-from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding
+from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding, Truncation
+from ._integrations import RayEncode, hf_map
+from ._training import Packed, Padded, pack
 
 __all__ = [
     "FORMATS",
@@ -20,5 +22,11 @@ __all__ = [
     "EncodedChat",
     "Encoder",
     "Finding",
+    "RayEncode",
+    "Packed",
+    "Padded",
+    "Truncation",
     "__version__",
+    "hf_map",
+    "pack",
 ]

@@ -18,9 +18,36 @@ def _sentencepiece_encode(model_path: str, texts: list[str]) -> list[list[int]]:
 def _tekken_encode(model_path: str, texts: list[str]) -> list[list[int]]: ...
 def _jinja_render(template: str, context_json: str, now: Optional[tuple[int, int, int, int, int, int]] = None) -> str: ...
 def _gguf_tokenizer_json(path: str) -> tuple[str, str]: ...
+def _pack(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    seq_len: int,
+    pad_id: int,
+    labels: Optional[np.ndarray] = None,
+) -> tuple[
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+]:
+    """First-fit decreasing packing of ``lengths`` (uint32 ``ids``, int64 ``offsets``/``lengths``/``labels``)
+    into rows of ``seq_len``: flat ``(input_ids, labels, position_ids, attention_mask, sequence_ids,
+    conversation_index, cu_seqlens, row_offsets, members)``."""
+def _pad(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    width: int,
+    pad_id: int,
+    left: bool,
+    labels: Optional[np.ndarray] = None,
+    assistant_mask: Optional[np.ndarray] = None,
+) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
+    """One row of ``width`` per conversation (its first ``lengths[i]`` tokens, padded on the right,
+    or on the left with ``left``), flat int64: ``(input_ids, attention_mask, labels, assistant_mask)``."""
 
 #: (year, month, day, hour, minute, second) for the template's strftime_now().
 Clock = tuple[int, int, int, int, int, int]
+#: (policy, original_length, dropped_tokens, dropped_messages)
+TruncationTuple = tuple[str, int, int, list[int]]
 
 class Encoder:
     @staticmethod
@@ -31,6 +58,13 @@ class Encoder:
         chat_template: Optional[str] = None,
         allow_external: bool = False,
     ) -> Encoder: ...
+    def to_bytes(self) -> bytes:
+        """The encoder's state (tokenizer and template included), for pickling."""
+        ...
+    @staticmethod
+    def from_bytes(state: bytes) -> Encoder:
+        """Rebuild an encoder from ``to_bytes()``; reads no file. Raises ``CheckpointError``."""
+        ...
     @property
     def needs_external_renderer(self) -> bool: ...
     @property
@@ -92,6 +126,21 @@ class Encoder:
         add_special_tokens: bool = False,
         now: Optional[Clock] = None,
     ) -> list[tuple[str, Optional[int], str]]: ...
+    def encode_training(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool = False,
+        sanitize_control_tokens: bool = True,
+        kwargs: Optional[dict[str, Any]] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        now: Optional[Clock] = None,
+        mask: bool = False,
+        train_on: str = "all_assistant",
+        max_length: Optional[int] = None,
+        truncation: Optional[str] = None,
+        provenance: bool = False,
+    ) -> tuple[np.ndarray, Optional[np.ndarray], Optional[TruncationTuple], Optional[np.ndarray], Optional[np.ndarray]]: ...
     def encode_batch(
         self,
         conversations: Sequence[Sequence[Any]],
@@ -102,4 +151,9 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
         now: Optional[Clock] = None,
-    ) -> tuple[np.ndarray, np.ndarray]: ...
+        mask: bool = False,
+        train_on: str = "all_assistant",
+        max_length: Optional[int] = None,
+        truncation: Optional[str] = None,
+        on_error: str = "raise",
+    ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], list[tuple[int, TruncationTuple]], list[tuple[int, str]]]: ...

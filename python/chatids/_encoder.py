@@ -13,6 +13,11 @@ import numpy as np
 from . import _core
 from ._core import ChatTemplateError
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # _training imports this module; Batch.to_padded/pack import it when called
+    from ._training import Packed, Padded
+
 #: The native formats of the transformers route, by name.
 FORMATS: tuple[str, ...] = tuple(_core.FORMATS)
 #: The mistral-common route's formats (chosen by the checkpoint's mistral-common file).
@@ -39,8 +44,22 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Truncation:
+    """What a truncation policy cut from one conversation (see ``max_length=``/``truncation=``)."""
+
+    #: ``"drop_oldest_turns"`` (whole turns after the system message) or ``"right"`` (tokens at the end).
+    policy: str
+    #: Tokens before truncation.
+    original_length: int
+    #: Tokens removed.
+    dropped_tokens: int
+    #: Indices (into the caller's messages) of the messages removed by ``"drop_oldest_turns"``.
+    dropped_messages: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class EncodedChat:
-    """The ids of one conversation with per-token provenance."""
+    """The ids of one conversation with per-token provenance (and training columns when asked)."""
 
     #: Token ids (uint32).
     ids: np.ndarray
@@ -50,21 +69,47 @@ class EncodedChat:
     #: Per token, whether it starts inside caller-supplied text (content, role, template
     #: argument) rather than template text or a template token.
     from_content: np.ndarray
+    #: Per token, 1 where the loss is computed (see ``train_on=``), uint8; None unless
+    #: ``return_assistant_mask=True``.
+    assistant_mask: Optional[np.ndarray] = None
+    #: ``ids`` as int64 with -100 where ``assistant_mask`` is 0; None unless asked.
+    labels: Optional[np.ndarray] = None
+    #: What ``truncation=`` cut, or None.
+    truncation: Optional[Truncation] = None
 
 
 class Batch:
-    """Token ids of many conversations in one flat array.
+    """Token ids of many conversations in one flat, columnar batch.
 
     Conversation ``i`` is ``ids[offsets[i]:offsets[i + 1]]``; ``batch[i]`` returns that view.
+    With ``return_assistant_mask=True`` the flat ``assistant_mask`` (uint8) and ``labels``
+    (int64, -100 where not trained) line up with ``ids``. With ``on_error="collect"``, a
+    conversation that cannot be encoded has no tokens and its reason is in :attr:`errors`.
     """
 
-    __slots__ = ("ids", "offsets")
+    __slots__ = ("ids", "offsets", "assistant_mask", "labels", "errors", "truncations")
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        assistant_mask: Optional[np.ndarray] = None,
+        labels: Optional[np.ndarray] = None,
+        errors: Optional[dict[int, str]] = None,
+        truncations: Optional[dict[int, Truncation]] = None,
+    ) -> None:
         #: All token ids (uint32), conversation after conversation.
         self.ids = ids
         #: ``len(self) + 1`` int64 offsets into :attr:`ids`.
         self.offsets = offsets
+        #: Flat uint8 loss mask aligned with :attr:`ids`, or None.
+        self.assistant_mask = assistant_mask
+        #: Flat int64 labels aligned with :attr:`ids` (-100 where not trained), or None.
+        self.labels = labels
+        #: Conversation index -> why it was rejected (``on_error="collect"``); rejected rows are empty.
+        self.errors: dict[int, str] = errors or {}
+        #: Conversation index -> what the truncation policy cut.
+        self.truncations: dict[int, Truncation] = truncations or {}
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -86,8 +131,31 @@ class Batch:
         """Number of tokens of each conversation."""
         return np.diff(self.offsets)
 
+    def to_padded(
+        self,
+        pad_id: int,
+        side: str = "right",
+        max_length: Optional[int] = None,
+        truncation: str = "error",
+        return_tensors: str = "np",
+    ) -> "Padded":
+        """One row per conversation, padded: ``input_ids``, ``attention_mask``, ``labels``
+        (only when the batch has labels), ``assistant_mask``; see :func:`chatids._training.to_padded`."""
+        from ._training import to_padded
+
+        return to_padded(self, pad_id, side, max_length, truncation, return_tensors)
+
+    def pack(self, seq_len: int, *, pad_id: int, truncation: str = "error", return_tensors: str = "np") -> "Packed":
+        """Whole conversations packed into rows of ``seq_len`` tokens: :func:`chatids.pack`."""
+        from ._training import pack
+
+        return pack(self, seq_len, pad_id=pad_id, truncation=truncation, return_tensors=return_tensors)
+
     def __repr__(self) -> str:
-        return f"Batch({len(self)} conversations, {len(self.ids)} tokens)"
+        extra = ", with labels" if self.labels is not None else ""
+        if self.errors:
+            extra += f", {len(self.errors)} rejected"
+        return f"Batch({len(self)} conversations, {len(self.ids)} tokens{extra})"
 
 
 class Encoder:
@@ -216,22 +284,47 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        return_assistant_mask: bool = False,
+        train_on: str = "all_assistant",
+        max_length: Optional[int] = None,
+        truncation: Optional[str] = None,
         **template_kwargs: Any,
-    ) -> np.ndarray:
+    ) -> Any:
         """Token ids (1-D uint32) of the conversation.
 
         Equal to ``apply_chat_template(messages, tokenize=True, add_generation_prompt=...,
         sanitize_control_tokens=...)``. With ``sanitize_control_tokens=True`` (the default),
         control tokens typed inside content are encoded as plain text; ``False`` parses them
         as transformers' plain ``apply_chat_template`` does, so content can forge turns.
+
+        Training (see the README, "Training"): ``return_assistant_mask=True`` returns an
+        :class:`EncodedChat` with ``assistant_mask`` and ``labels`` too, selected by
+        ``train_on`` (``"all_assistant"``, ``"last_assistant"`` or ``"all"``; a message's
+        ``train: bool`` key overrides it); a conversation with nothing to train on raises.
+        ``max_length`` with ``truncation`` (``"error"``, the default; ``"drop_oldest_turns"``;
+        ``"right"``) bounds the length; :meth:`encode_detailed` reports what was cut.
         """
-        kwargs, now = self._template_kwargs(template_kwargs)
-        if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive)
-            return self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
-        return self._core.encode(
-            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive, now
+        if not return_assistant_mask and max_length is None and truncation is None and train_on == "all_assistant":
+            kwargs, now = self._template_kwargs(template_kwargs)
+            if self._fallback is not None:
+                self._fallback_options(system, merge_consecutive)
+                return self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
+            return self._core.encode(
+                messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive, now
+            )
+        chat = self.encode_detailed(
+            messages,
+            add_generation_prompt,
+            sanitize_control_tokens,
+            system=system,
+            merge_consecutive=merge_consecutive,
+            return_assistant_mask=return_assistant_mask,
+            train_on=train_on,
+            max_length=max_length,
+            truncation=truncation,
+            **template_kwargs,
         )
+        return chat if return_assistant_mask else chat.ids
 
     def encode_detailed(
         self,
@@ -241,18 +334,42 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        return_assistant_mask: bool = False,
+        train_on: str = "all_assistant",
+        max_length: Optional[int] = None,
+        truncation: Optional[str] = None,
         **template_kwargs: Any,
     ) -> EncodedChat:
-        """Like :meth:`encode`, with each token's message index and origin."""
+        """Like :meth:`encode`, with each token's message index and origin, the loss mask and
+        labels when asked, and what truncation cut."""
         kwargs, now = self._template_kwargs(template_kwargs)
         if self._fallback is not None:
             self._fallback_options(system, merge_consecutive)
+            self._fallback_training(return_assistant_mask, max_length, truncation)
             ids = self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
             return EncodedChat(ids, np.full(len(ids), -1, dtype=np.int32), np.zeros(len(ids), dtype=bool))
-        ids, message_indices, from_content = self._core.encode_detailed(
-            messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive, now
+        ids, mask, cut, message_indices, from_content = self._core.encode_training(
+            messages,
+            add_generation_prompt,
+            sanitize_control_tokens,
+            kwargs,
+            system,
+            merge_consecutive,
+            now,
+            mask=return_assistant_mask,
+            train_on=train_on,
+            max_length=max_length,
+            truncation=truncation,
+            provenance=True,
         )
-        return EncodedChat(ids, message_indices, from_content)
+        return EncodedChat(
+            ids,
+            message_indices,
+            from_content,
+            assistant_mask=mask,
+            labels=None if mask is None else _labels(ids, mask),
+            truncation=None if cut is None else _truncation(cut),
+        )
 
     def render(
         self,
@@ -279,21 +396,50 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        return_assistant_mask: bool = False,
+        train_on: str = "all_assistant",
+        max_length: Optional[int] = None,
+        truncation: Optional[str] = None,
+        on_error: str = "raise",
         **template_kwargs: Any,
     ) -> Batch:
         """Encode many conversations in parallel with the GIL released.
 
-        ``num_threads=None`` uses every core (or ``RAYON_NUM_THREADS``). The first invalid
-        conversation raises :class:`ChatTemplateError` naming its index.
+        ``num_threads=None`` uses ``RAYON_NUM_THREADS`` if set, else every core. Training
+        options as in :meth:`encode`: with ``return_assistant_mask=True`` the batch has flat
+        ``assistant_mask`` and ``labels``; truncations are in ``batch.truncations``.
+        ``on_error="raise"`` (default) raises :class:`ChatTemplateError` for the first invalid
+        conversation, naming its index; ``"collect"`` gives it no tokens and records the
+        reason in ``batch.errors`` (nothing is dropped silently).
         """
         kwargs, now = self._template_kwargs(template_kwargs)
         if self._fallback is not None:
             self._fallback_options(system, merge_consecutive)
-            return self._fallback_batch(conversations, add_generation_prompt, sanitize_control_tokens, kwargs, now)
-        ids, offsets = self._core.encode_batch(
-            conversations, add_generation_prompt, sanitize_control_tokens, kwargs, num_threads, system, merge_consecutive, now
+            self._fallback_training(return_assistant_mask, max_length, truncation)
+            return self._fallback_batch(conversations, add_generation_prompt, sanitize_control_tokens, kwargs, now, on_error)
+        ids, offsets, mask, cuts, errors = self._core.encode_batch(
+            conversations,
+            add_generation_prompt,
+            sanitize_control_tokens,
+            kwargs,
+            num_threads,
+            system,
+            merge_consecutive,
+            now,
+            mask=return_assistant_mask,
+            train_on=train_on,
+            max_length=max_length,
+            truncation=truncation,
+            on_error=on_error,
         )
-        return Batch(ids, offsets)
+        return Batch(
+            ids,
+            offsets,
+            assistant_mask=mask,
+            labels=None if mask is None else _labels(ids, mask),
+            errors=dict(errors),
+            truncations={i: _truncation(t) for i, t in cuts},
+        )
 
     def lint(
         self,
@@ -327,11 +473,24 @@ class Encoder:
     def __repr__(self) -> str:
         return f"chatids.Encoder(format={self.format!r})"
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle by value: the tokenizer and the template travel with the encoder, so
+        unpickling (in a ``multiprocessing`` worker, a ``datasets.map(num_proc=...)`` process,
+        a Ray task) reads no checkpoint file and downloads nothing."""
+        return (_encoder_from_state, (self._core.to_bytes(), type(self)))
+
     # --- the jinja2 fallback (templates chatids' Rust engine cannot compile) ---
 
     @staticmethod
     def _clock(now: Optional[tuple[int, int, int, int, int, int]]) -> Optional[datetime]:
         return None if now is None else datetime(*now)
+
+    @staticmethod
+    def _fallback_training(mask: bool, max_length: Optional[int], truncation: Optional[str]) -> None:
+        if mask or max_length is not None or truncation is not None:
+            raise ChatTemplateError(
+                "return_assistant_mask= and max_length= need chatids' own template engine (not the jinja2 fallback)"
+            )
 
     @staticmethod
     def _fallback_options(system: Optional[str], merge_consecutive: bool) -> None:
@@ -345,16 +504,44 @@ class Encoder:
         sanitize: bool,
         kwargs: dict[str, Any],
         now: Optional[tuple[int, int, int, int, int, int]],
+        on_error: str = "raise",
     ) -> Batch:
         assert self._fallback is not None
+        if on_error not in ("raise", "collect"):
+            raise ChatTemplateError(f'on_error must be "raise" or "collect", not {on_error!r}')
         texts = []
+        errors: dict[int, str] = {}
         for c, conv in enumerate(conversations):
             try:
                 texts.append(self._fallback.render(conv, add_generation_prompt, kwargs, self._clock(now), marked=sanitize))
             except ChatTemplateError as e:
-                raise ChatTemplateError(f"conversation {c}: {e}") from e
+                if on_error == "raise":
+                    raise ChatTemplateError(f"conversation {c}: {e}") from e
+                errors[c] = str(e)
+                texts.append("")
         ids, offsets = self._core.encode_rendered_batch(texts, sanitize)
-        return Batch(ids, offsets)
+        return Batch(ids, offsets, errors=errors)
+
+
+def _labels(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``ids`` as int64 with -100 (the ignore index of PyTorch's cross entropy) where not trained."""
+    labels = ids.astype(np.int64)
+    labels[mask == 0] = -100
+    return labels
+
+
+def _truncation(cut: tuple[str, int, int, list[int]]) -> Truncation:
+    policy, original_length, dropped_tokens, dropped_messages = cut
+    return Truncation(policy, original_length, dropped_tokens, tuple(dropped_messages))
+
+
+def _encoder_from_state(state: bytes, cls: type = Encoder) -> Encoder:
+    """Unpickle an :class:`Encoder` (see ``Encoder.__reduce__``)."""
+    core = _core.Encoder.from_bytes(state)
+    with warnings.catch_warnings():
+        # The jinja2 fallback warning was given where the encoder was loaded.
+        warnings.filterwarnings("ignore", message="chatids' Jinja engine cannot compile", category=RuntimeWarning)
+        return cls(core)
 
 
 #: The files chatids reads from a Hugging Face repo (everything else is left in the Hub).

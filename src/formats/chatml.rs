@@ -72,11 +72,13 @@ impl Chatml {
             out.content(role);
         }
         out.text("\n");
+        out.begin_body();
     }
 
-    /// `<|im_end|>\n`.
+    /// `<|im_end|>\n`: `<|im_end|>` ends the body, the `\n` after it does not belong to it.
     fn close<'a>(&'a self, out: &mut Pieces<'a>) {
         out.token(&self.im_end);
+        out.end_body();
         out.text("\n");
     }
 

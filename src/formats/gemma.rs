@@ -62,10 +62,13 @@ impl Gemma {
             out.content(role);
         }
         out.text("\n");
+        out.begin_body();
     }
 
+    /// `<end_of_turn>` ends the body; the `\n` after it does not belong to it.
     fn close<'a>(&'a self, out: &mut Pieces<'a>) {
         out.token(&self.end_of_turn);
+        out.end_body();
         out.text("\n");
     }
 
@@ -144,6 +147,7 @@ impl Gemma {
                     ],
                 );
                 out.set_message(Some(i));
+                out.begin_body();
             } else {
                 out.content(pystr::strip(content));
             }
@@ -187,9 +191,11 @@ impl Gemma {
             if i == first {
                 if let Some(system) = system {
                     out.set_message(Some(0));
+                    out.begin_body();
                     out.content(system);
                     out.text("\n\n");
                     out.set_message(Some(i));
+                    out.begin_body();
                 }
             }
             self.gemma3_body(out, messages, i)?;

@@ -67,6 +67,7 @@ impl ChatFormat for Llama2 {
                     out.set_message(Some(i));
                     out.token(&self.bos);
                     out.text("[INST] ");
+                    out.begin_body();
                     if i == first && has_system {
                         let system = rules::text(messages, 0, self.name())?;
                         rules::emit_stripped(
@@ -79,17 +80,22 @@ impl ChatFormat for Llama2 {
                             ],
                         );
                         out.set_message(Some(i));
+                        out.begin_body();
                     } else {
                         out.content(pystr::strip(content));
                     }
                     out.text(" [/INST]");
+                    out.end_body();
                 }
                 "assistant" => {
+                    // No header: the model writes everything after " [/INST]".
                     out.set_message(Some(i));
+                    out.begin_body();
                     out.text(" ");
                     out.content(pystr::strip(content));
                     out.text(" ");
                     out.token(&self.eos);
+                    out.end_body();
                 }
                 other => {
                     return Err(TemplateError::at(

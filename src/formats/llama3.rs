@@ -64,8 +64,10 @@ impl Llama3 {
         out.content(messages[i].role.as_str());
         out.token(&self.end_header);
         out.text("\n\n");
+        out.begin_body();
         out.content(pystr::strip(content));
         out.token(&self.eot);
+        out.end_body();
         Ok(())
     }
 
@@ -109,11 +111,14 @@ impl Llama3 {
         out.token(&self.start_header);
         out.text("system");
         out.token(&self.end_header);
-        out.text("\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+        out.text("\n\n");
+        out.begin_body();
+        out.text("Cutting Knowledge Date: December 2023\nToday Date: ");
         out.content(date);
         out.text("\n\n");
         out.content(system);
         out.token(&self.eot);
+        out.end_body();
         for i in first..messages.len() {
             let role = messages[i].role.as_str();
             if role == "tool" || role == "ipython" {

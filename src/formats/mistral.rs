@@ -164,18 +164,24 @@ impl Mistral {
                 if spaced {
                     out.text(" ");
                 }
+                out.begin_body();
                 if let (Some(system), true) = (system, i == system_turn) {
                     out.set_message(Some(0));
+                    out.begin_body();
                     out.content(system);
                     out.text("\n\n");
                     out.set_message(Some(i));
+                    out.begin_body();
                 }
                 out.content(content);
                 if self.variant == MistralVariant::V1 {
                     out.text(" ");
                 }
                 Self::marker(out, &self.inst_end);
+                out.end_body();
             } else {
+                // No header: the model writes everything after [/INST].
+                out.begin_body();
                 match self.variant {
                     MistralVariant::V1 => {
                         out.text(" ");
@@ -188,6 +194,7 @@ impl Mistral {
                     _ => out.content(content),
                 }
                 out.token(&self.eos);
+                out.end_body();
             }
         }
         Ok(())
@@ -234,23 +241,30 @@ impl Mistral {
                     if spaced {
                         out.text(" ");
                     }
+                    out.begin_body();
                     out.content(content);
                     Self::marker(out, &self.inst_end);
+                    out.end_body();
                 }
                 "system" => {
                     out.token(system_start);
                     if spaced {
                         out.text(" ");
                     }
+                    out.begin_body();
                     out.content(content);
                     out.token(system_end);
+                    out.end_body();
                 }
                 _ => {
+                    // No header: the model writes everything after [/INST].
+                    out.begin_body();
                     if spaced {
                         out.text(" ");
                     }
                     out.content(content);
                     out.token(&self.eos);
+                    out.end_body();
                 }
             }
         }

@@ -500,6 +500,7 @@ pub(crate) mod rules {
             .len()
             .max(start);
         let mut offset = 0;
+        let body = out.in_body();
         for &(kind, text, message) in parts {
             let (a, b) = (offset, offset + text.len());
             offset = b;
@@ -508,6 +509,9 @@ pub(crate) mod rules {
                 continue;
             }
             out.set_message(message);
+            if body {
+                out.begin_body();
+            }
             let slice = &text[lo - a..hi - a];
             match kind {
                 PieceKind::Content => out.content(slice),

@@ -128,12 +128,23 @@ impl MistralCommon {
 
     /// Load a mistral-common tokenizer file.
     pub fn load(file: &Path) -> Result<Self> {
+        let bytes = std::fs::read(file)
+            .map_err(|e| Error::Load(format!("cannot read {}: {e}", file.display())))?;
+        Self::from_bytes(file, &bytes)
+    }
+
+    /// Load a mistral-common tokenizer file from its bytes. `file` is only its name: the name
+    /// decides the kind (`tekken.json` or a SentencePiece `*.model.v{N}`) and the version of a
+    /// SentencePiece model, and it is what [`MistralCommon::file`] reports; nothing is read.
+    pub fn from_bytes(file: &Path, bytes: &[u8]) -> Result<Self> {
         let name = file
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
+        let in_file = |e: &dyn std::fmt::Display| Error::Load(format!("{}: {e}", file.display()));
         let (raw, version_str) = if name.ends_with(".json") {
-            let tekken = Tekken::from_file(file)?;
+            let text = std::str::from_utf8(bytes).map_err(|e| in_file(&e))?;
+            let tekken = Tekken::from_json(text).map_err(|e| in_file(&e))?;
             let v = tekken.version().to_string();
             (RawTokenizer::Tekken(tekken), v)
         } else {
@@ -143,10 +154,11 @@ impl MistralCommon {
                     file.display()
                 ))
             })?;
-            (
-                RawTokenizer::SentencePiece(Box::new(SentencePieceBpe::from_file(file)?)),
-                v.to_string(),
-            )
+            let sp = SentencePieceBpe::from_bytes(bytes).map_err(|e| match e {
+                Error::Load(msg) => in_file(&msg),
+                other => other,
+            })?;
+            (RawTokenizer::SentencePiece(Box::new(sp)), v.to_string())
         };
         let version = match version_str.as_str() {
             "v1" => Version::V1,
@@ -235,6 +247,15 @@ impl MistralCommon {
         &self.file
     }
 
+    /// The tekken tokenizer, when the file is `tekken.json` (its state is written from it, see
+    /// [`crate::persist`]).
+    pub(crate) fn tekken(&self) -> Option<&Tekken> {
+        match &self.raw {
+            RawTokenizer::Tekken(t) => Some(t),
+            RawTokenizer::SentencePiece(_) => None,
+        }
+    }
+
     /// `</s>`, the id that ends an assistant turn.
     pub fn eos(&self) -> u32 {
         self.eos
@@ -245,9 +266,12 @@ impl MistralCommon {
         &self.control_tokens
     }
 
-    /// The units mistral-common encodes, in order: special ids and texts encoded on their own.
-    fn units<'r>(&self, request: &'r Request) -> Vec<(Unit<'r>, Option<usize>)> {
-        let mut units = vec![(Unit::Special(self.bos, "<s>"), None)];
+    /// The units mistral-common encodes, in order: special ids and texts encoded on their own,
+    /// with the message each comes from and whether it is in that message's body (after the
+    /// role marker, through the token that ends the turn; v1 writes a user turn as one text,
+    /// `[INST]` included, so all of it counts as body).
+    fn units<'r>(&self, request: &'r Request) -> Vec<(Unit<'r>, Option<usize>, bool)> {
+        let mut units = vec![(Unit::Special(self.bos, "<s>"), None, false)];
         let first_user = request.messages.iter().position(|m| m.role == Role::User);
         let last_user = request.messages.iter().rposition(|m| m.role == Role::User);
         for (k, m) in request.messages.iter().enumerate() {
@@ -261,31 +285,36 @@ impl MistralCommon {
                     units.push((
                         Unit::Text(format!("[INST] {content} [/INST]").into()),
                         origin,
+                        true,
                     ));
                 }
                 (Role::User, _) => {
                     let (open, close) = self.inst.expect("v2+ resolves [INST]");
-                    units.push((Unit::Special(open, "[INST]"), origin));
+                    units.push((Unit::Special(open, "[INST]"), origin, false));
                     let content = match &request.system_prompt {
                         Some(s) if Some(k) == last_user => format!("{s}\n\n{}", m.content).into(),
                         _ => std::borrow::Cow::Borrowed(m.content.as_str()),
                     };
-                    units.push((Unit::Text(content), origin));
-                    units.push((Unit::Special(close, "[/INST]"), origin));
+                    units.push((Unit::Text(content), origin, true));
+                    units.push((Unit::Special(close, "[/INST]"), origin, true));
                 }
                 (Role::Assistant, Version::V1) => {
-                    units.push((Unit::Text(m.content.as_str().into()), origin));
-                    units.push((Unit::Special(self.eos, "</s>"), origin));
+                    units.push((Unit::Text(m.content.as_str().into()), origin, true));
+                    units.push((Unit::Special(self.eos, "</s>"), origin, true));
                 }
                 (Role::Assistant, _) => {
-                    units.push((Unit::Text(m.content.trim_end_matches(' ').into()), origin));
-                    units.push((Unit::Special(self.eos, "</s>"), origin));
+                    units.push((
+                        Unit::Text(m.content.trim_end_matches(' ').into()),
+                        origin,
+                        true,
+                    ));
+                    units.push((Unit::Special(self.eos, "</s>"), origin, true));
                 }
                 (Role::System, _) => {
                     let (open, close) = self.system.expect("v7 resolves [SYSTEM_PROMPT]");
-                    units.push((Unit::Special(open, "[SYSTEM_PROMPT]"), origin));
-                    units.push((Unit::Text(m.content.as_str().into()), origin));
-                    units.push((Unit::Special(close, "[/SYSTEM_PROMPT]"), origin));
+                    units.push((Unit::Special(open, "[SYSTEM_PROMPT]"), origin, false));
+                    units.push((Unit::Text(m.content.as_str().into()), origin, true));
+                    units.push((Unit::Special(close, "[/SYSTEM_PROMPT]"), origin, true));
                 }
             }
         }
@@ -304,7 +333,7 @@ impl MistralCommon {
         out: &mut EncodedChat,
     ) -> Result<()> {
         let request = self.request(messages)?;
-        for (unit, origin) in self.units(&request) {
+        for (unit, origin, body) in self.units(&request) {
             let before = out.ids.len();
             let is_text = matches!(unit, Unit::Text(_));
             match unit {
@@ -320,6 +349,13 @@ impl MistralCommon {
             if tracking.from_content {
                 out.from_content.extend(std::iter::repeat_n(is_text, count));
             }
+            if tracking.body {
+                let index = match (body, origin) {
+                    (true, Some(o)) => o as i32,
+                    _ => -1,
+                };
+                out.body_messages.extend(std::iter::repeat_n(index, count));
+            }
         }
         Ok(())
     }
@@ -331,7 +367,7 @@ impl MistralCommon {
         Ok(self
             .units(&request)
             .into_iter()
-            .map(|(u, _)| match u {
+            .map(|(u, _, _)| match u {
                 Unit::Special(_, text) => text.to_string(),
                 Unit::Text(t) => t.into_owned(),
             })

@@ -103,13 +103,14 @@ impl TextEncoder for HfTextEncoder {
             return Ok(());
         }
         let short = text.len() <= SHORT_RUN_BYTES;
+        // The cache is only ever tried, never waited for: a lock held by a thread that is gone
+        // (in a child process after `fork()`) or busy just means a miss.
         if short {
-            let cache = self.short_runs[options_slot(options)]
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
-            if let Some(hit) = cache.get(text) {
-                ids.extend_from_slice(hit);
-                return Ok(());
+            if let Some(cache) = try_lock(self.short_runs[options_slot(options)].try_read()) {
+                if let Some(hit) = cache.get(text) {
+                    ids.extend_from_slice(hit);
+                    return Ok(());
+                }
             }
         }
         let start = ids.len();
@@ -122,11 +123,10 @@ impl TextEncoder for HfTextEncoder {
             }
         }
         if short {
-            let mut cache = self.short_runs[options_slot(options)]
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            if cache.len() < SHORT_RUN_ENTRIES {
-                cache.insert(Box::from(text), ids[start..].into());
+            if let Some(mut cache) = try_lock(self.short_runs[options_slot(options)].try_write()) {
+                if cache.len() < SHORT_RUN_ENTRIES {
+                    cache.insert(Box::from(text), ids[start..].into());
+                }
             }
         }
         Ok(())
@@ -149,6 +149,16 @@ impl TextEncoder for HfTextEncoder {
         ids.extend_from_slice(encoding.get_ids());
         starts.extend(encoding.get_offsets().iter().map(|o| o.0));
         Ok(())
+    }
+}
+
+/// The guard of a `try_read`/`try_write`: `None` when the lock is busy (a poisoned lock is
+/// still usable: the cache only ever holds complete entries).
+fn try_lock<G>(result: std::sync::TryLockResult<G>) -> Option<G> {
+    match result {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
 

@@ -137,6 +137,48 @@ impl Tekken {
         })
     }
 
+    /// A `tekken.json` that [`Tekken::from_json`] loads back into this tokenizer: the
+    /// vocabulary it uses (in rank order, without the fields it does not read), the special
+    /// tokens, the pattern and the version. Smaller than the original file; an Encoder's state
+    /// carries it (see [`crate::persist`]).
+    pub fn to_json(&self) -> String {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let inner = self.ranks.values().max().map_or(0, |&m| m as usize + 1);
+        let mut by_rank: Vec<Option<&[u8]>> = vec![None; inner];
+        for (bytes, &rank) in &self.ranks {
+            by_rank[rank as usize] = Some(bytes);
+        }
+        // A rank without bytes: the file listed those bytes again at a higher rank, which
+        // replaced it. Fill it with the bytes of the highest rank, which are listed last and so
+        // replace it again: the loaded map is the same.
+        let last = by_rank.last().copied().flatten().unwrap_or_default();
+        let vocab: Vec<Value> = by_rank
+            .iter()
+            .enumerate()
+            .map(|(rank, b)| {
+                serde_json::json!({"rank": rank, "token_bytes": b64(b.unwrap_or(last))})
+            })
+            .collect();
+        let special_tokens: Vec<Value> = self
+            .special_tokens
+            .iter()
+            .enumerate()
+            .map(|(rank, s)| serde_json::json!({"rank": rank, "token_str": s, "is_control": true}))
+            .collect();
+        serde_json::json!({
+            "config": {
+                "pattern": self.pattern.as_str(),
+                "num_vocab_tokens": inner,
+                "default_vocab_size": inner + self.num_special_tokens as usize,
+                "default_num_special_tokens": self.num_special_tokens,
+                "version": self.version,
+            },
+            "vocab": vocab,
+            "special_tokens": special_tokens,
+        })
+        .to_string()
+    }
+
     /// The `config.version` of the file (`"v3"`, `"v7"`, ...).
     pub fn version(&self) -> &str {
         &self.version
@@ -265,6 +307,32 @@ mod tests {
         ids.clear();
         t.encode("bcab", &mut ids).unwrap();
         assert_eq!(ids, vec![257 + 30, 256 + 30]);
+    }
+
+    #[test]
+    fn to_json_loads_back_into_the_same_tokenizer() {
+        let t = toy();
+        let back = Tekken::from_json(&t.to_json()).unwrap();
+        assert_eq!(back.ranks, t.ranks);
+        assert_eq!(back.pattern.as_str(), t.pattern.as_str());
+        assert_eq!(back.num_special_tokens, t.num_special_tokens);
+        assert_eq!(back.special_tokens, t.special_tokens);
+        assert_eq!(back.version, t.version);
+        assert_eq!(back.to_json(), t.to_json());
+        // Bytes listed twice: the later rank wins, and the written file reproduces that.
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let vocab: Vec<Value> = ["a", "b", "a", "c"]
+            .iter()
+            .map(|t| serde_json::json!({"token_bytes": b64(t)}))
+            .collect();
+        let json = serde_json::json!({
+            "config": {"pattern": r"\w+", "default_vocab_size": 4 + 30,
+                "default_num_special_tokens": 30, "version": "v3"},
+            "vocab": vocab,
+        });
+        let dup = Tekken::from_json(&json.to_string()).unwrap();
+        assert_eq!(dup.ranks.get(b"a".as_slice()), Some(&2));
+        assert_eq!(Tekken::from_json(&dup.to_json()).unwrap().ranks, dup.ranks);
     }
 
     #[test]
