@@ -8,8 +8,10 @@ CHATIDS_MODELS_DIR ?= $(abspath ../shared/models)
 CHATIDS_DATA_DIR ?= $(abspath ../shared/data)
 export CHATIDS_MODELS_DIR CHATIDS_DATA_DIR
 RESULTS := target/results
+# Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
+PYTEST_ARGS ?=
 
-.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench clean
+.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-cli clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -34,7 +36,7 @@ test-rust:
 test-python: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
-	  $(PY) -m pytest tests -q --junitxml=$(RESULTS)/pytest.xml
+	  $(PY) -m pytest tests -q $(PYTEST_ARGS) --junitxml=$(RESULTS)/pytest.xml
 	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest.xml
 
 bench-quick: develop
@@ -52,6 +54,11 @@ conformance-generic: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-generic.json \
 	  $(PY) -m pytest tests/test_generic.py -q -s -k test_generic_path_matches
+
+## `chatids encode` end to end on 100,000 conversations (JSONL -> Parquet and .npy): conversations/s, tokens/s, peak RSS.
+bench-cli: develop
+	mkdir -p $(RESULTS)
+	$(PY) -m pytest benches/test_bench_cli.py -q -s --benchmark-json=$(RESULTS)/bench-cli.json
 
 ## Full benchmarks; writes the ratios into BENCHMARKS.md.
 bench: develop

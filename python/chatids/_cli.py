@@ -4,9 +4,12 @@ Input is a JSONL file of conversations: one ``{"messages": [...], "tools": [...]
 line (``tools`` optional), or a bare list of messages.
 
 * ``render`` prints each prompt exactly, special tokens and whitespace visible (``repr`` style).
-* ``encode`` turns the conversations into token ids, prints a summary and, with ``--out``, writes
-  ids and offsets to an ``.npz`` file. Conversations the format refuses are counted and listed
-  with their reason; nothing is dropped silently.
+* ``encode`` turns the conversations of a JSONL or Parquet file into token ids, streaming in
+  chunks (memory bounded by ``--chunk-size``, whatever the file size), and with ``--out`` writes
+  Parquet (``FILE.parquet``), a set of ``.npy`` files (``PREFIX.npy``) or an ``.npz``. Conversations
+  that cannot be encoded (malformed lines included) are counted by reason in the summary and
+  written, with their line and the original record, to ``OUT.rejected.jsonl``; nothing is dropped
+  silently.
 * ``verify`` compares chatids with transformers' ``apply_chat_template`` (render, and ids with
   ``sanitize_control_tokens`` off and on) on every conversation and prints a summary.
 * ``explain`` says which path serves the checkpoint and why.
@@ -16,14 +19,25 @@ line (``tools`` optional), or a bare list of messages.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import json
+import os
+import re
+import shutil
 import sys
+import tempfile
 import time
-from typing import Any, Optional, Sequence
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from . import Batch, ChatTemplateError, Encoder
+from . import Batch, ChatTemplateError, CheckpointError, Encoder, __version__
+from ._integrations import encode_collect, list_array
 
 
 def _read_records(path: str) -> list[tuple[list[dict[str, Any]], Optional[list[Any]]]]:
@@ -83,67 +97,497 @@ def _indices(spec: str) -> list[int]:
     return [int(x) for x in spec.split(",") if x.strip()] if spec else []
 
 
-def _encode_grouped(enc: Encoder, convs: list, tools: list, accepted: list[int], threads: Optional[int], options: dict, kwargs: dict) -> Batch:
-    """encode_batch over the accepted conversations, one call per distinct tools list, in order."""
-    groups: dict[str, list[int]] = {}
-    for i in accepted:
-        groups.setdefault(json.dumps(tools[i]), []).append(i)
-    per_conversation: dict[int, np.ndarray] = {}
-    for key, members in groups.items():
-        extra = {} if tools[members[0]] is None else {"tools": tools[members[0]]}
-        batch = enc.encode_batch([convs[i] for i in members], num_threads=threads, **options, **kwargs, **extra)
-        per_conversation.update({i: batch[k] for k, i in enumerate(members)})
-    parts = [per_conversation[i] for i in accepted]
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(p) for p in parts])
-    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-    return Batch(ids.astype(np.uint32), offsets)
+#: Conversations read, encoded and written at a time (``--chunk-size``): memory stays bounded by
+#: one chunk, whatever the size of the input.
+DEFAULT_CHUNK = 2048
+#: Rejected conversations listed one by one in the summary (all of them go to the side file).
+SHOWN_REJECTIONS = 20
+
+
+@dataclass
+class _Chunk:
+    """Up to ``--chunk-size`` records of the input, parsed."""
+
+    #: Position of each conversation in the input (0-based; blank JSONL lines do not count).
+    index: list[int] = field(default_factory=list)
+    #: 1-based line numbers (JSONL input), else empty.
+    line: list[int] = field(default_factory=list)
+    convs: list[Any] = field(default_factory=list)
+    tools: list[Any] = field(default_factory=list)
+    #: The records as read, for the side file of rejected conversations.
+    rows: list[Any] = field(default_factory=list)
+    #: Records rejected before encoding: (index, line or None, reason, record, raw text or None).
+    rejected: list[tuple[int, Optional[int], str, Any, Optional[str]]] = field(default_factory=list)
+    #: Progress units consumed (bytes of JSONL, rows of Parquet).
+    progress: int = 0
+
+
+def _split_record(row: Any, messages_key: str, tools_key: str) -> tuple[Optional[Any], Optional[Any], Optional[str]]:
+    """(messages, tools, None), or (None, None, reason) for a record that is no conversation."""
+    if isinstance(row, list):
+        return row, None, None
+    if isinstance(row, dict):
+        if messages_key not in row:
+            return None, None, f"not a conversation: the object has no {messages_key!r} key"
+        tools = row.get(tools_key) or None
+        return row[messages_key], tools, None
+    return None, None, f"not a conversation: a JSON {type(row).__name__} (expected an object with {messages_key!r} or a list of messages)"
+
+
+def _jsonl_chunks(path: str, size: int, messages_key: str, tools_key: str) -> Iterator[_Chunk]:
+    """Stream a JSONL file (``.gz`` too) in chunks; a malformed line is a rejected record."""
+    opener = gzip.open if path.endswith(".gz") else open
+    chunk = _Chunk()
+    index = 0
+    with opener(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            chunk.progress += len(raw)
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as e:
+                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                chunk.rejected.append((index, line_no, f"malformed JSON: {e}", None, text))
+            else:
+                messages, tools, problem = _split_record(row, messages_key, tools_key)
+                if problem is not None:
+                    chunk.rejected.append((index, line_no, problem, row, None))
+                else:
+                    chunk.index.append(index)
+                    chunk.line.append(line_no)
+                    chunk.convs.append(messages)
+                    chunk.tools.append(tools)
+                    chunk.rows.append(row)
+            index += 1
+            if len(chunk.convs) + len(chunk.rejected) >= size:
+                yield chunk
+                chunk = _Chunk()
+    if chunk.convs or chunk.rejected or chunk.progress:
+        yield chunk
+
+
+def _parquet_chunks(path: str, size: int, messages_key: str, tools_key: str) -> Iterator[_Chunk]:
+    """Stream a Parquet file by record batches (only the messages and tools columns are read)."""
+    pq = _pyarrow_parquet()
+    f = pq.ParquetFile(path)
+    names = f.schema_arrow.names
+    if messages_key not in names:
+        raise _UsageError(f"{path}: no {messages_key!r} column (columns: {', '.join(names)}); see --messages-column")
+    columns = [messages_key] + ([tools_key] if tools_key in names else [])
+    index = 0
+    for rb in f.iter_batches(batch_size=size, columns=columns):
+        chunk = _Chunk(progress=rb.num_rows)
+        messages = rb.column(0).to_pylist()
+        tools = rb.column(1).to_pylist() if len(columns) > 1 else [None] * rb.num_rows
+        for m, t in zip(messages, tools):
+            record = {messages_key: m} if len(columns) == 1 else {messages_key: m, tools_key: t}
+            try:
+                m = json.loads(m) if isinstance(m, (str, bytes)) else m
+                t = json.loads(t) if isinstance(t, (str, bytes)) else t
+            except ValueError as e:
+                chunk.rejected.append((index, None, f"malformed JSON: {e}", record, None))
+            else:
+                if m is None:
+                    chunk.rejected.append((index, None, f"not a conversation: {messages_key!r} is null", record, None))
+                else:
+                    chunk.index.append(index)
+                    chunk.convs.append(m)
+                    chunk.tools.append(t or None)
+                    chunk.rows.append(record)
+            index += 1
+        yield chunk
+
+
+class _UsageError(Exception):
+    """A wrong argument or an unreadable/unwritable file: exit status 2."""
+
+
+def _pyarrow_parquet() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:  # pragma: no cover - pyarrow is in requirements-dev.txt
+        raise _UsageError("Parquet needs pyarrow: pip install 'chatids[cli]' (or pip install pyarrow)") from e
+    return pq
+
+
+# --- writers: every one takes chunks of accepted conversations, in input order --------------
+
+
+class _NpyAppender:
+    """A 1-D ``.npy`` file written incrementally: a fixed-size header, patched with the length at the end."""
+
+    HEADER = 128  # bytes before the data: magic, version, header length, the dict padded with spaces
+
+    def __init__(self, path: str, dtype: Any) -> None:
+        self.path, self.dtype, self.count = path, np.dtype(dtype), 0
+        self.f = open(path + ".partial", "wb")
+        self.f.write(self._header(0))
+
+    def _header(self, n: int) -> bytes:
+        fields = "{'descr': %r, 'fortran_order': False, 'shape': (%d,), }" % (np.lib.format.dtype_to_descr(self.dtype), n)
+        body = fields.ljust(self.HEADER - 10 - 1) + "\n"
+        return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        self.f.write(memoryview(values).cast("B"))
+        self.count += len(values)
+
+    def close(self) -> str:
+        self.f.seek(0)
+        self.f.write(self._header(self.count))
+        self.f.close()
+        os.replace(self.path + ".partial", self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self.f.close()
+        with contextlib.suppress(OSError):
+            os.remove(self.path + ".partial")
+
+
+class _NpyWriter:
+    """``PREFIX.ids.npy`` (uint32), ``PREFIX.offsets.npy`` (int64, n+1), ``PREFIX.source_index.npy``
+    (int64), with masks ``PREFIX.labels.npy`` (int64) and ``PREFIX.assistant_mask.npy`` (uint8)."""
+
+    def __init__(self, prefix: str, masks: bool, names: Optional[dict[str, str]] = None) -> None:
+        columns = {"ids": np.uint32, "offsets": np.int64}
+        if masks:
+            columns.update(labels=np.int64, assistant_mask=np.uint8)
+        columns["source_index"] = np.int64
+        self.files = {key: _NpyAppender((names or {}).get(key, f"{prefix}.{key}.npy"), dtype) for key, dtype in columns.items()}
+        self.files["offsets"].append(np.zeros(1, dtype=np.int64))
+        self.tokens = 0
+        self.rows = 0
+
+    def write(self, batch: Batch, index: np.ndarray, line: Optional[np.ndarray]) -> None:
+        self.files["ids"].append(batch.ids)
+        self.files["offsets"].append(batch.offsets[1:] + self.tokens)
+        if "labels" in self.files:
+            self.files["labels"].append(batch.labels)
+            self.files["assistant_mask"].append(batch.assistant_mask)
+        self.files["source_index"].append(index)
+        self.tokens += int(batch.offsets[-1])
+        self.rows += len(index)
+
+    def close(self) -> list[str]:
+        return [f.close() for f in self.files.values()]
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            f.abort()
+
+
+class _NpzWriter:
+    """The ``.npz`` of earlier versions (``ids``, ``offsets``, ``conversation_index``), built from
+    streamed ``.npy`` files zipped at the end (stored, not compressed, as ``np.savez`` does)."""
+
+    def __init__(self, path: str, masks: bool) -> None:
+        self.path = path
+        self.tmp = tempfile.mkdtemp(prefix=".chatids-", dir=os.path.dirname(os.path.abspath(path)))
+        names = {"source_index": os.path.join(self.tmp, "conversation_index.npy")}
+        names.update({k: os.path.join(self.tmp, f"{k}.npy") for k in ("ids", "offsets", "labels", "assistant_mask")})
+        self.inner = _NpyWriter(os.path.join(self.tmp, "x"), masks, names)
+
+    def write(self, batch: Batch, index: np.ndarray, line: Optional[np.ndarray]) -> None:
+        self.inner.write(batch, index, line)
+
+    @property
+    def rows(self) -> int:
+        return self.inner.rows
+
+    def close(self) -> list[str]:
+        files = self.inner.close()
+        with zipfile.ZipFile(self.path + ".partial", "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for f in files:
+                z.write(f, os.path.basename(f))
+        os.replace(self.path + ".partial", self.path)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return [self.path]
+
+    def abort(self) -> None:
+        self.inner.abort()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class _ParquetWriter:
+    """One row group per chunk: ``input_ids`` list<uint32>, ``labels`` list<int64> and
+    ``assistant_mask`` list<uint8> with masks, ``source_index`` int64, ``source_line`` int64 (JSONL)."""
+
+    def __init__(self, path: str, masks: bool, lines: bool, metadata: dict[str, str]) -> None:
+        import pyarrow as pa
+
+        pq = _pyarrow_parquet()
+        fields = [pa.field("input_ids", pa.list_(pa.uint32()))]
+        if masks:
+            fields += [pa.field("labels", pa.list_(pa.int64())), pa.field("assistant_mask", pa.list_(pa.uint8()))]
+        fields.append(pa.field("source_index", pa.int64()))
+        if lines:
+            fields.append(pa.field("source_line", pa.int64()))
+        self.schema = pa.schema(fields, metadata={f"chatids.{k}": v for k, v in metadata.items()})
+        self.path = path
+        self.writer = pq.ParquetWriter(path + ".partial", self.schema)
+        self.masks, self.lines = masks, lines
+        self.rows = 0
+
+    def write(self, batch: Batch, index: np.ndarray, line: Optional[np.ndarray]) -> None:
+        import pyarrow as pa
+
+        columns = [list_array(batch.ids, batch.offsets)]
+        if self.masks:
+            columns += [list_array(batch.labels, batch.offsets), list_array(batch.assistant_mask, batch.offsets)]
+        columns.append(pa.array(index, type=pa.int64()))
+        if self.lines:
+            columns.append(pa.array(line, type=pa.int64()))
+        self.writer.write_table(pa.Table.from_arrays(columns, schema=self.schema))
+        self.rows += len(index)
+
+    def close(self) -> list[str]:
+        self.writer.close()
+        os.replace(self.path + ".partial", self.path)
+        return [self.path]
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        with contextlib.suppress(OSError):
+            os.remove(self.path + ".partial")
+
+
+def _output_kind(path: str) -> tuple[str, str]:
+    """("parquet" | "npy" | "npz", stem for the side files)."""
+    for suffix, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".npy", "npy"), (".npz", "npz")):
+        if path.endswith(suffix):
+            return kind, path[: -len(suffix)]
+    raise _UsageError(f"--out {path}: name it FILE.parquet, PREFIX.npy (writes PREFIX.ids.npy, PREFIX.offsets.npy, ...) or FILE.npz")
+
+
+def _keep_accepted(batch: Batch, rejected: set[int]) -> Batch:
+    """The accepted conversations of a chunk's batch, in order."""
+    if not rejected:
+        return batch
+    keep = np.array([i for i in range(len(batch)) if i not in rejected], dtype=np.int64)
+    lengths = np.diff(batch.offsets)
+    offsets = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(lengths[keep], out=offsets[1:])
+    if not lengths[sorted(rejected)].any():  # rejected conversations have no tokens: nothing to cut out
+        return Batch(batch.ids, offsets, assistant_mask=batch.assistant_mask, labels=batch.labels)
+    tokens = np.repeat(np.isin(np.arange(len(batch)), keep), lengths)
+
+    def pick(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        return None if a is None else a[tokens]
+
+    return Batch(pick(batch.ids), offsets, assistant_mask=pick(batch.assistant_mask), labels=pick(batch.labels))
+
+
+_REASON_PREFIX = re.compile(r"^(conversation \d+: )?(row \d+ of the batch: )?(message \d+: )?")
+
+
+def _reason_kind(reason: str) -> str:
+    """The reason without the message index, for counting rejections by kind."""
+    kind = _REASON_PREFIX.sub("", reason)
+    if kind.startswith("malformed JSON"):
+        return "malformed JSON"
+    return kind if len(kind) <= 160 else kind[:157] + "..."
+
+
+class _Progress:
+    """tqdm on stderr with conversations/s and tokens/s, or nothing."""
+
+    def __init__(self, enabled: bool, total: Optional[int], unit: str) -> None:
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:  # pragma: no cover - tqdm comes with huggingface_hub
+                return
+            self.bar = tqdm(total=total, unit=unit, unit_scale=unit == "B", file=sys.stderr, dynamic_ncols=True, desc="encode")
+
+    def update(self, n: int, conversations: int, tokens: int, elapsed: float) -> None:
+        if self.bar is not None:
+            rate = max(elapsed, 1e-9)
+            self.bar.set_postfix_str(f"{conversations / rate:,.0f} conv/s, {tokens / rate / 1e6:.2f} M tok/s", refresh=False)
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _encode_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = dict(
+        add_generation_prompt=args.add_generation_prompt,
+        sanitize_control_tokens=not args.no_sanitize,
+        num_threads=args.workers,
+    )
+    if args.masks or args.train_on:
+        options["return_assistant_mask"] = True
+        if args.train_on:
+            options["train_on"] = args.train_on
+    if args.max_length is not None:
+        options["max_length"] = args.max_length
+    if args.truncation is not None:
+        if args.max_length is None:
+            raise _UsageError("--truncation needs --max-length")
+        options["truncation"] = args.truncation
+    if args.system is not None:
+        options["system"] = args.system
+    if args.merge_consecutive:
+        options["merge_consecutive"] = True
+    return options
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
+    try:
+        return _encode_file(args)
+    except _UsageError as e:
+        print(f"chatids encode: error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, CheckpointError) as e:
+        print(f"chatids encode: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _encode_file(args: argparse.Namespace) -> int:
+    if args.chunk_size < 1:
+        raise _UsageError("--chunk-size must be at least 1")
+    if not os.path.isfile(args.input):
+        raise _UsageError(f"{args.input}: no such file")
+    parquet_in = args.input.endswith((".parquet", ".pq"))
+    options = _encode_options(args)
+    masks = bool(options.get("return_assistant_mask"))
     enc = _load(args)
-    records = _read_records(args.input)
-    convs = [messages for messages, _ in records]
-    tools = [t for _, t in records]
     kwargs = _template_kwargs(args)
-    options = dict(add_generation_prompt=args.add_generation_prompt, sanitize_control_tokens=not args.no_sanitize)
+    kwargs.setdefault("now", datetime.now())  # one clock for every chunk (templates that print the date)
     print(enc.explain())
-    accepted, refused = [], []
-    for i, conv in enumerate(convs):
-        extra = {} if tools[i] is None else {"tools": tools[i]}
-        try:
-            enc.render(conv, add_generation_prompt=args.add_generation_prompt, **kwargs, **extra)
-            accepted.append(i)
-        except ChatTemplateError as e:
-            refused.append((i, str(e)))
+
+    writer: Any = None
+    rejected_file = None
+    if args.out:
+        kind, stem = _output_kind(args.out)
+        out_dir = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(out_dir):
+            raise _UsageError(f"--out {args.out}: directory {out_dir} does not exist")
+        if kind == "parquet":
+            meta = {"format": enc.format, "reference": enc.reference, "version": __version__, "input": os.path.basename(args.input)}
+            writer = _ParquetWriter(args.out, masks, lines=not parquet_in, metadata=meta)
+        elif kind == "npy":
+            writer = _NpyWriter(stem, masks)
+        else:
+            writer = _NpzWriter(args.out, masks)
+        rejected_path = args.rejected or stem + ".rejected.jsonl"
+    else:
+        rejected_path = args.rejected
+    if rejected_path:
+        rejected_file = open(rejected_path, "w", encoding="utf-8")
+
+    show = set(_indices(args.show))
+    shown: dict[int, tuple[Any, Any, np.ndarray]] = {}
+    reasons: Counter[str] = Counter()
+    first_rejections: list[str] = []
+    n_accepted = n_rejected = n_tokens = 0
+    n_truncated = dropped_tokens = 0
+    encode_time = 0.0
+
+    def reject(index: int, line: Optional[int], reason: str, record: Any, raw: Optional[str]) -> None:
+        nonlocal n_rejected
+        n_rejected += 1
+        reasons[_reason_kind(reason)] += 1
+        if len(first_rejections) < SHOWN_REJECTIONS:
+            where = f" (line {line})" if line is not None else ""
+            first_rejections.append(f"  refused conversation {index}{where}: {reason}")
+        if rejected_file is not None:
+            entry: dict[str, Any] = {"index": index}
+            if line is not None:
+                entry["line"] = line
+            entry["reason"] = reason
+            entry["record"] = record
+            if raw is not None:
+                entry["raw"] = raw
+            rejected_file.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+
+    if parquet_in:
+        total = _pyarrow_parquet().ParquetFile(args.input).metadata.num_rows
+        chunks = _parquet_chunks(args.input, args.chunk_size, args.messages_column, args.tools_column)
+        unit = "conv"
+    else:
+        total = None if args.input.endswith(".gz") else os.path.getsize(args.input)
+        chunks = _jsonl_chunks(args.input, args.chunk_size, args.messages_column, args.tools_column)
+        unit = "B"
+    progress = _Progress(args.progress if args.progress is not None else sys.stderr.isatty(), total, unit)
     start = time.perf_counter()
-    batch = _encode_grouped(enc, convs, tools, accepted, args.threads, options, kwargs)
+    try:
+        for chunk in chunks:
+            for rejection in chunk.rejected:
+                reject(*rejection)
+            t0 = time.perf_counter()
+            batch = encode_collect(enc, chunk.convs, chunk.tools, **options, **kwargs)
+            encode_time += time.perf_counter() - t0
+            for k, reason in sorted(batch.errors.items()):
+                reject(chunk.index[k], chunk.line[k] if chunk.line else None, reason, chunk.rows[k], None)
+            for t in batch.truncations.values():
+                n_truncated += 1
+                dropped_tokens += int(getattr(t, "dropped_tokens", 0))
+            kept = _keep_accepted(batch, set(batch.errors))
+            keep_rows = [k for k in range(len(chunk.convs)) if k not in batch.errors]
+            index = np.array([chunk.index[k] for k in keep_rows], dtype=np.int64)
+            line = None if parquet_in else np.array([chunk.line[k] for k in keep_rows], dtype=np.int64)
+            if writer is not None and keep_rows:
+                writer.write(kept, index, line)
+            for j, k in enumerate(keep_rows):
+                if chunk.index[k] in show:
+                    shown[chunk.index[k]] = (chunk.convs[k], chunk.tools[k], kept[j].copy())
+            n_accepted += len(keep_rows)
+            n_tokens += int(kept.offsets[-1])
+            progress.update(chunk.progress, n_accepted + n_rejected, n_tokens, time.perf_counter() - start)
+        written = writer.close() if writer is not None else []
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        progress.close()
+        if rejected_file is not None:
+            rejected_file.close()
     elapsed = time.perf_counter() - start
-    n_tokens = len(batch.ids)
+
+    n = n_accepted + n_rejected
     print(
-        f"{len(accepted)} conversations -> {n_tokens} tokens in {elapsed * 1e3:.1f} ms "
-        f"({n_tokens / max(elapsed, 1e-9) / 1e6:.2f} M tokens/s); refused: {len(refused)}"
+        f"{n_accepted} conversations -> {n_tokens} tokens in {elapsed:.2f} s "
+        f"({n / max(elapsed, 1e-9):,.0f} conversations/s, {n_tokens / max(elapsed, 1e-9) / 1e6:.2f} M tokens/s; "
+        f"encoding {encode_time:.2f} s); refused: {n_rejected}"
     )
-    for i, reason in refused:
-        print(f"  refused conversation {i}: {reason}")
+    for text in first_rejections:
+        print(text)
+    if n_rejected > len(first_rejections):
+        where = f", all in {rejected_path}" if rejected_path else ""
+        print(f"  ... {n_rejected - len(first_rejections)} more{where}")
+    if reasons:
+        print("refused, by reason:")
+        for reason, count in reasons.most_common():
+            print(f"  {count:8d}  {reason}")
+    if n_truncated:
+        print(f"truncated: {n_truncated} conversations ({dropped_tokens} tokens dropped, policy {options.get('truncation')})")
+
     control = {i for _, i in enc.control_tokens}
-    for index in _indices(args.show):
-        if index not in accepted:
-            continue
-        k = accepted.index(index)
-        conv = convs[index]
-        extra = {} if tools[index] is None else {"tools": tools[index]}
-        detailed = enc.encode_detailed(conv, **options, **kwargs, **extra)
+    show_options = {k: v for k, v in options.items() if k in ("add_generation_prompt", "sanitize_control_tokens", "system", "merge_consecutive")}
+    for index in sorted(shown):
+        conv, tools, ids = shown[index]
+        extra = {} if tools is None else {"tools": tools}
+        detailed = enc.encode_detailed(conv, **show_options, **kwargs, **extra)
         from_content = sum(1 for t, c in zip(detailed.ids.tolist(), detailed.from_content.tolist()) if c and t in control)
         from_template = sum(1 for t in detailed.ids.tolist() if t in control) - from_content
-        print(f"\n--- conversation {index}: {len(batch[k])} tokens; control tokens: {from_template} written by the "
+        print(f"\n--- conversation {index}: {len(ids)} tokens; control tokens: {from_template} written by the "
               f"template, {from_content} from content ---")
-        print(_visible(enc.render(conv, add_generation_prompt=args.add_generation_prompt, **kwargs, **extra)))
-        print(f"ids: {batch[k].tolist()}")
-    if args.out:
-        np.savez(args.out, ids=batch.ids, offsets=batch.offsets, conversation_index=np.array(accepted, dtype=np.int64))
-        print(f"\nwrote {args.out} (ids, offsets, conversation_index)")
-    return 1 if refused and args.strict else 0
+        render_options = {k: v for k, v in show_options.items() if k != "sanitize_control_tokens"}
+        print(_visible(enc.render(conv, **render_options, **kwargs, **extra)))
+        print(f"ids: {ids.tolist()}")
+    if written:
+        print(f"\nwrote {', '.join(written)} ({n_accepted} conversations)")
+    if rejected_path:
+        print(f"rejected conversations: {rejected_path} ({n_rejected})")
+    return 1 if n_rejected and args.strict else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -218,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in commands:
         s = sub.add_parser(name, help=help_text)
         if name != "explain":
-            s.add_argument("input", help="JSONL file, one conversation per line")
+            s.add_argument("input", help="JSONL file, one conversation per line" + (" (or .jsonl.gz, or Parquet)" if name == "encode" else ""))
         s.add_argument("--model", required=True, help="checkpoint directory, GGUF file or Hugging Face repo id")
         s.add_argument("--format", help='force a native format, or "jinja" for the generic path')
         s.add_argument("--chat-template", help="a named template of the checkpoint, or template text")
@@ -235,9 +679,32 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--template-arg", action="append", metavar="KEY=VALUE", help="other template argument")
     enc = sub.choices["encode"]
     enc.add_argument("--no-sanitize", action="store_true", help="parse control tokens in content (unsafe)")
-    enc.add_argument("--out", help="write ids and offsets to this .npz file")
+    enc.add_argument(
+        "--out",
+        help="FILE.parquet (input_ids, labels, assistant_mask, source_index, source_line), PREFIX.npy "
+        "(PREFIX.ids.npy, PREFIX.offsets.npy, ...) or FILE.npz; rejected conversations go to OUT.rejected.jsonl",
+    )
+    enc.add_argument("--rejected", metavar="FILE.jsonl", help="where rejected conversations go (default: OUT.rejected.jsonl)")
     enc.add_argument("--show", default="", metavar="I,J,...", help="print these conversations' prompts and ids")
-    enc.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
+    enc.add_argument(
+        "--workers", "--threads", dest="workers", type=int, default=None, metavar="N",
+        help="encoding threads (default: all cores, or RAYON_NUM_THREADS)",
+    )
+    enc.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK, metavar="N", help=f"conversations per chunk (default {DEFAULT_CHUNK})")
+    enc.add_argument("--masks", action="store_true", help="also write labels (-100 where not trained) and assistant_mask")
+    enc.add_argument("--train-on", choices=["all_assistant", "last_assistant", "all"], help="which turns are trained (implies --masks)")
+    enc.add_argument("--max-length", type=int, metavar="N", help="at most N tokens per conversation")
+    enc.add_argument(
+        "--truncation", choices=["error", "drop_oldest_turns", "right"],
+        help="what to do past --max-length (default: error, the conversation is rejected)",
+    )
+    enc.add_argument("--system", choices=["error", "fold"], help="system message policy (see the README)")
+    enc.add_argument("--merge-consecutive", action="store_true", help="join consecutive same-role messages")
+    enc.add_argument("--messages-column", default="messages", help="key/column of the messages (default: messages)")
+    enc.add_argument("--tools-column", default="tools", help="key/column of the tools (default: tools)")
+    progress = enc.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="progress bar on stderr even when it is not a terminal")
+    progress.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     enc.add_argument("--strict", action="store_true", help="exit 1 if any conversation is refused")
     sub.choices["render"].add_argument("--raw", action="store_true", help="print the prompt exactly, no quoting")
     sub.choices["verify"].add_argument("--limit", type=int, default=None, help="only the first N conversations")
