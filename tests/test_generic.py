@@ -285,7 +285,8 @@ def test_now_reaches_strftime_now() -> None:
 @pytest.mark.parametrize("base", ["qwen2.5-7b-instruct", "meta-llama-3-8b-instruct", "gpt-oss-120b"])
 def test_message_indices_survive_where_content_passes_through(base: str) -> None:
     """Content the template passes through (or trims, as Llama 3's does) keeps its message index;
-    template text carries none on the generic path."""
+    template text carries none on the generic path, except the stop token that ends the
+    message's body (what a loss mask trains with it, see test_masks.py)."""
     template = SMOLLM2 if base == "qwen2.5-7b-instruct" else _official_template(base)
     enc, _ = _load_with_template(base, template)
     if base != "qwen2.5-7b-instruct":
@@ -295,10 +296,17 @@ def test_message_indices_survive_where_content_passes_through(base: str) -> None
         detailed = enc.encode_detailed(messages, sanitize_control_tokens=sanitize, now=NOW)
         assert detailed.ids.tolist() == enc.encode(messages, sanitize_control_tokens=sanitize, now=NOW).tolist()
         for index, text in enumerate(["alpha beta <", "gamma delta"]):
-            ids = [int(t) for t, m in zip(detailed.ids, detailed.message_indices) if m == index]
-            assert enc_decode(enc, ids).strip() == text
-            flags = [bool(c) for c, m in zip(detailed.from_content, detailed.message_indices) if m == index]
-            assert all(flags)
+            tagged = [(int(t), bool(c)) for t, c, m in zip(detailed.ids, detailed.from_content, detailed.message_indices) if m == index]
+            # Caller text in one block; around it only template text of the message's body: what
+            # follows the generation prompt (gpt-oss: <|channel|>final<|message|>) and the
+            # end-of-turn token.
+            flags = [c for _, c in tagged]
+            first, last = flags.index(True), len(flags) - flags[::-1].index(True)
+            assert all(flags[first:last]), tagged
+            assert enc_decode(enc, [t for t, _ in tagged[first:last]]).strip() == text
+            assert last < len(tagged), "the body ends with the template's end-of-turn token"
+            if index == 0:
+                assert first == 0, "a user message's body starts at its content"
         assert not any(bool(c) for c, m in zip(detailed.from_content, detailed.message_indices) if m == -1)
 
 
