@@ -23,6 +23,26 @@ LABELS = {
     "test_batch_chatids": "chatids `Encoder.encode_batch`",
     "test_batch_transformers": "`apply_chat_template(list, tokenize=True)`",
     "test_batch_tokenizers_encode_batch_fast": "`Tokenizer.encode_batch_fast` (pre-rendered strings)",
+    "test_masked_batch_chatids": "chatids `encode_batch(return_assistant_mask=True)`",
+    "test_masked_batch_chatids_sanitized": "chatids `encode_batch(return_assistant_mask=True)`, sanitize on (default)",
+    "test_masked_batch_transformers": "`apply_chat_template(list, return_assistant_tokens_mask=True)`, `{% generation %}` template",
+    "test_pack_chatids": "`chatids.pack` (first-fit decreasing, Rust)",
+    "test_pack_numpy_ffd": "first-fit decreasing in numpy/Python (same output)",
+    "test_to_padded_chatids": "`Batch.to_padded`",
+    "test_to_padded_python_loop": "numpy, one row at a time",
+    "test_cli_chatids": "`chatids encode FILE --out ...` (end to end, subprocess)",
+}
+
+#: extra_info keys shown under a group's table, with their labels.
+NOTES = {
+    "efficiency": "packing efficiency",
+    "rows": "rows",
+    "seq_len": "seq_len",
+    "conversations_per_s": "conversations/s",
+    "tokens_per_s": "tokens/s",
+    "peak_rss_mb": "peak RSS (MiB)",
+    "input_mb": "input (MiB)",
+    "accepted": "conversations written",
 }
 
 
@@ -55,6 +75,9 @@ def tables(data: dict) -> str:
             if "tokens" in b.get("extra_info", {}):
                 tok_rate = f" ({b['extra_info']['tokens'] / med / 1e6:.2f} M tokens/s)"
             lines.append(f"| {LABELS.get(name, name)} | {med * 1e3:.1f} ms{tok_rate} | {per * 1e6:.0f} µs | {ratio} |")
+        notes = [f"{label} {info[key]:,}" for key, label in NOTES.items() if key in info]
+        if notes:
+            lines += ["", "chatids: " + ", ".join(notes) + "."]
     return "\n".join(lines)
 
 
