@@ -1,6 +1,6 @@
 """Turn a pytest-benchmark JSON file into the ratio tables of BENCHMARKS.md.
 
-Usage: python benches/report.py bench-results/bench.json [--update BENCHMARKS.md]
+Usage: python benches/report.py bench.json [more.json ...] [--update BENCHMARKS.md]
 
 Within each group, every benchmark's median is divided by chatids' median: "2.10x" means the
 other side takes 2.10 times as long as chatids.
@@ -83,11 +83,18 @@ def tables(data: dict) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("json_file")
+    p.add_argument("json_files", nargs="+", help="pytest-benchmark JSON files (their benchmarks are merged)")
     p.add_argument("--update", help="replace the block between the bench markers in this Markdown file")
     args = p.parse_args()
-    with open(args.json_file) as f:
-        text = tables(json.load(f))
+    data: dict = {}
+    for path in args.json_files:
+        with open(path) as f:
+            part = json.load(f)
+        if not data:
+            data = part
+        else:
+            data["benchmarks"] += part["benchmarks"]
+    text = tables(data)
     if args.update:
         with open(args.update) as f:
             doc = f.read()

@@ -163,6 +163,7 @@ impl JinjaFormat {
         let bodies = message_bodies(
             &rendered,
             &spans,
+            |i| messages.get(i).is_some_and(|m| m.role == "assistant"),
             self.generation_prompt.as_deref(),
             &self.stop_texts,
             &self.special_texts,
@@ -348,9 +349,13 @@ const SPAN_CLOSE: char = '\u{F0004}';
 /// The context with every message text (string content, text parts, reasoning fields)
 /// wrapped in provenance span markers.
 fn tag_message_texts(mut context: Map<String, Value>) -> Map<String, Value> {
+    // An empty text is not tagged: the markers would make it truthy (`{% if m.content %}`) in
+    // the tagged render only, and there is nothing to locate anyway.
     let tag = |value: &mut Value, index: usize| {
         if let Value::String(s) = value {
-            *s = format!("{SPAN_OPEN}{index}{SPAN_INDEX_END}{s}{SPAN_CLOSE}");
+            if !s.is_empty() {
+                *s = format!("{SPAN_OPEN}{index}{SPAN_INDEX_END}{s}{SPAN_CLOSE}");
+            }
         }
     };
     if let Some(Value::Array(messages)) = context.get_mut("messages") {
@@ -398,7 +403,13 @@ fn align_spans(tagged: &str, real: &str) -> Option<Vec<ContentSpan>> {
                 inner.trim_start_matches(ws),
                 inner.trim_end_matches(ws),
             ];
-            let text = variants.into_iter().find(|v| real[r..].starts_with(v))?;
+            // The template text after the span must follow the variant in the real render too
+            // (Llama 2 writes content.strip() + ' ': the untrimmed "a " would match first).
+            let literal = &rest[close + SPAN_CLOSE.len_utf8()..];
+            let literal = &literal[..literal.find(SPAN_OPEN).unwrap_or(literal.len())];
+            let text = variants
+                .into_iter()
+                .find(|v| real[r..].starts_with(v) && real[r + v.len()..].starts_with(literal))?;
             if !text.is_empty() {
                 spans.push(ContentSpan {
                     start: r,
@@ -422,13 +433,14 @@ fn align_spans(tagged: &str, real: &str) -> Option<Vec<ContentSpan>> {
 }
 
 /// The body of each message whose text was found (`spans`), as byte ranges of `rendered`:
-/// from the end of the last `generation_prompt` text between the previous message's text and
-/// this one's (else from its text), through the end of the first stop token after its text
+/// for an assistant message from the end of the last `generation_prompt` text between the
+/// previous message's text and this one's (else, and for other roles, from its text), through the end of the first stop token after its text
 /// and before the next message's text, else through a special token that directly follows
 /// its text, else to its text's end. Tokens that came from caller text (marked) do not count.
 fn message_bodies(
     rendered: &str,
     spans: &[ContentSpan],
+    is_assistant: impl Fn(usize) -> bool,
     generation_prompt: Option<&str>,
     stop_texts: &[String],
     special_texts: &[String],
@@ -450,6 +462,7 @@ fn message_bodies(
             continue;
         }
         let start = generation_prompt
+            .filter(|_| is_assistant(message))
             .and_then(|gp| {
                 rendered[before..first]
                     .rfind(gp)
@@ -606,7 +619,14 @@ mod tests {
         let spans = [span("hi", 0), span("ok", 1), span("x", 2), span("y", 3)];
         let stops = ["<e>".to_string()];
         let specials = ["<end>".to_string(), "<e>".to_string()];
-        let bodies = message_bodies(r, &spans, Some("A:"), &stops, &specials);
+        let bodies = message_bodies(
+            r,
+            &spans,
+            |m| m == 1 || m == 2,
+            Some("A:"),
+            &stops,
+            &specials,
+        );
         let texts: Vec<(&str, usize)> = bodies
             .iter()
             .map(|b| (&r[b.start..b.end], b.message))
@@ -622,7 +642,7 @@ mod tests {
             end: 4,
             message: 0,
         }];
-        let bodies = message_bodies(marked, &spans, Some("A:"), &stops, &[]);
+        let bodies = message_bodies(marked, &spans, |_| true, Some("A:"), &stops, &[]);
         assert_eq!(
             &marked[bodies[0].start..bodies[0].end],
             "ok\u{F0000}<e>\u{F0001}z<e>"
@@ -675,6 +695,17 @@ mod tests {
     #[test]
     fn aligns_spans_passed_through_or_trimmed() {
         let tag = |i: usize, s: &str| format!("{SPAN_OPEN}{i}{SPAN_INDEX_END}{s}{SPAN_CLOSE}");
+        // Llama 2 writes content.strip() + ' ': "a " matches first but " </s>" must follow.
+        let spans =
+            align_spans(&format!("[/INST] {} </s>", tag(1, "a ")), "[/INST] a </s>").unwrap();
+        assert_eq!(
+            spans,
+            vec![ContentSpan {
+                start: 8,
+                end: 9,
+                message: 1
+            }]
+        );
         // "<" as content must not be found inside the template's own "<|start|>".
         let tagged = format!("<|start|>user:{}|{}", tag(0, "<"), tag(1, " hi "));
         let spans = align_spans(&tagged, "<|start|>user:<|hi").unwrap();

@@ -1,0 +1,270 @@
+"""Copies of the checkpoints' own chat templates with each assistant *body* in ``{% generation %}``.
+
+transformers' ``apply_chat_template(..., return_assistant_tokens_mask=True)`` marks every token
+that overlaps a ``{% generation %}...{% endgeneration %}`` span. None of the shared templates
+has such spans, so the mask tests build them here, at test time, from the template text the
+loaded tokenizer holds (``tok.chat_template``), by string replacement. Each replacement states
+how many times its text must occur; a template that changed fails loudly
+(:class:`TemplateChanged`) instead of silently giving an unwrapped copy. Nothing is written to
+disk.
+
+What is wrapped is chatids' documented body (``src/training.rs``): what follows the role header
+of an assistant message, through the token that ends its turn, without the separator the
+template writes after that token. Per template:
+
+* Llama 3 / 3.1 / 3.2: ``content | trim + '<|eot_id|>'``.
+* ChatML (OpenHermes), Qwen2, Qwen2.5: ``content + '<|im_end|>'`` (the ``"\\n"`` after it stays
+  outside).
+* Qwen3: the ``<think>\\n...\\n</think>\\n\\n`` block where the template writes one, then the
+  content, then ``<|im_end|>``.
+* Gemma 1/2, Gemma 3: ``content | trim + '<end_of_turn>'`` (Gemma 3: every content part).
+* Llama 2: ``' ' + content.strip() + ' ' + eos_token``.
+* Mistral v1, v3, v7 (Large 2411): ``' ' + content (| trim) + eos_token``; Nemo (v3 tekken) and
+  Small 2501 (v7 tekken): ``content + eos_token``: everything after ``[/INST]``.
+
+For the generic path only (no native format covers these templates), the same idea:
+
+* DeepSeek V3: ``content + '<｜end▁of▁sentence｜>'`` after ``<｜Assistant｜>`` (and after
+  ``<｜tool▁outputs▁end｜>``, where the template writes no ``<｜Assistant｜>``).
+* gpt-oss: everything after the generation prompt ``<|start|>assistant``: the final channel
+  through ``<|end|>``; in the last turn of a training conversation the analysis block
+  (``thinking``) too, then the final channel through ``<|return|>``.
+
+Assistant turns with ``tool_calls`` are not wrapped (the native formats refuse them), except in
+Qwen3, whose template writes them inside the same turn as the content.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class TemplateChanged(AssertionError):
+    """A replacement did not match the expected number of times."""
+
+
+#: (old, new, expected count). Python strings: "\n" is a real newline in the template text,
+#: "\\n" is the two characters of a Jinja string escape.
+Replacement = tuple[str, str, int]
+
+
+def _wrap_any_role(header: str, body: str, sep: str, role: str, assistant: str, dash: str = "-") -> str:
+    """Output ``header``, then ``body`` (in a generation block when ``role == assistant``), then ``sep``."""
+    d = dash
+    out = f"{{{{{d} {header} }}}}{{%{d} if {role} == '{assistant}' %}}{{% generation %}}{{{{{d} {body} }}}}{{% endgeneration %}}"
+    out += f"{{%{d} else %}}{{{{{d} {body} }}}}{{%{d} endif %}}"
+    if sep:
+        out += f"{{{{{d} {sep} }}}}"
+    return out
+
+
+_CHATML_LITERAL_NL = [
+    (
+        "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}",
+        _wrap_any_role("'<|im_start|>' + message['role'] + '\n'", "message['content'] + '<|im_end|>'", "'\n'", "message['role']", "assistant", dash=""),
+        1,
+    )
+]
+
+_LLAMA31 = [
+    (
+        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}",
+        _wrap_any_role(
+            "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'",
+            "message['content'] | trim + '<|eot_id|>'",
+            "",
+            "message['role']",
+            "assistant",
+        ),
+        1,
+    )
+]
+
+_GEMMA3_CONTENT = (
+    "{%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    '        {{ raise_exception("Invalid content type") }}\n'
+    "    {%- endif -%}"
+)
+
+#: Checkpoint directory (tests/support.py MODELS) -> replacements.
+WRAPS: dict[str, list[Replacement]] = {
+    "meta-llama-3-8b-instruct": [
+        (
+            "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}",
+            "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' %}"
+            "{% set body = message['content'] | trim + '<|eot_id|>' %}",
+            1,
+        ),
+        (
+            "{{ content }}",
+            "{{ content }}{% if message['role'] == 'assistant' %}{% generation %}{{ body }}{% endgeneration %}"
+            "{% else %}{{ body }}{% endif %}",
+            1,
+        ),
+    ],
+    "llama-3.1-8b-instruct": _LLAMA31,
+    "llama-3.2-3b-instruct": _LLAMA31,
+    "openhermes-2.5-mistral-7b": _CHATML_LITERAL_NL,
+    "qwen2-7b-instruct": _CHATML_LITERAL_NL,
+    "qwen2.5-7b-instruct": [
+        (
+            "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}",
+            _wrap_any_role("'<|im_start|>' + message.role + '\\n'", "message.content + '<|im_end|>'", "'\\n'", "message.role", "assistant"),
+            1,
+        )
+    ],
+    "qwen3-0.6b": [
+        # Open the body after the header, before the branches that write the think block ...
+        (
+            "        {%- if loop.index0 > ns.last_query_index %}",
+            "        {{- '<|im_start|>' + message.role + '\\n' }}{%- generation %}{%- if loop.index0 > ns.last_query_index %}",
+            1,
+        ),
+        # ... which then no longer write the header ...
+        (
+            "{{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content",
+            "{{- '<think>\\n' + reasoning_content",
+            1,
+        ),
+        # ('' + content keeps the template's error for a missing content: Undefined + str raises)
+        ("{{- '<|im_start|>' + message.role + '\\n' + content }}", "{{- '' + content }}", 2),
+        # ... and close it after the assistant's <|im_end|>, before its "\n".
+        (
+            "        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}",
+            "        {{- '<|im_end|>' }}{%- endgeneration %}{{- '\\n' }}\n    {%- elif message.role == \"tool\" %}",
+            1,
+        ),
+    ],
+    "llama-2-7b-chat": [
+        (
+            "{{ ' '  + content.strip() + ' ' + eos_token }}",
+            "{% generation %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endgeneration %}",
+            1,
+        )
+    ],
+    "mistral-7b-instruct-v0.1": [
+        (
+            "{{- ' ' + message['content'] + eos_token}}",
+            "{%- generation %}{{- ' ' + message['content'] + eos_token}}{%- endgeneration %}",
+            1,
+        )
+    ],
+    "mistral-7b-instruct-v0.3": [
+        (
+            '{{- " " + message["content"]|trim + eos_token}}',
+            '{%- generation %}{{- " " + message["content"]|trim + eos_token}}{%- endgeneration %}',
+            1,
+        )
+    ],
+    "mistral-nemo-instruct-2407": [
+        (
+            '{{- message["content"] + eos_token}}',
+            '{%- generation %}{{- message["content"] + eos_token}}{%- endgeneration %}',
+            1,
+        )
+    ],
+    "mistral-large-instruct-2411": [
+        (
+            "{{ ' ' + message['content'] + eos_token }}",
+            "{% generation %}{{ ' ' + message['content'] + eos_token }}{% endgeneration %}",
+            1,
+        )
+    ],
+    "mistral-small-24b-instruct-2501": [
+        (
+            "{{- message['content'] + eos_token }}",
+            "{%- generation %}{{- message['content'] + eos_token }}{%- endgeneration %}",
+            1,
+        )
+    ],
+    "gemma-2-it-on-gemma3-tokenizer": [
+        (
+            "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}",
+            _wrap_any_role("'<start_of_turn>' + role + '\n'", "message['content'] | trim + '<end_of_turn>'", "'\n'", "role", "model", dash=""),
+            1,
+        )
+    ],
+    "gemma-3-it": [
+        (
+            "    " + _GEMMA3_CONTENT + "\n    {{ '<end_of_turn>\n' }}",
+            "    {%- if role == 'model' -%}{%- generation -%}"
+            + _GEMMA3_CONTENT
+            + "{{ '<end_of_turn>' }}{%- endgeneration -%}{%- else -%}"
+            + _GEMMA3_CONTENT
+            + "{{ '<end_of_turn>' }}{%- endif -%}{{ '\n' }}",
+            1,
+        )
+    ],
+    # --- generic path only ---
+    "deepseek-v3": [
+        (
+            "{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}",
+            "{{'<｜Assistant｜>'}}{% generation %}{{message['content'] + '<｜end▁of▁sentence｜>'}}{% endgeneration %}",
+            1,
+        ),
+        (
+            "{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}",
+            "{{'<｜tool▁outputs▁end｜>'}}{% generation %}{{message['content'] + '<｜end▁of▁sentence｜>'}}{% endgeneration %}",
+            1,
+        ),
+    ],
+    "gpt-oss-120b": [
+        # The last turn of a training conversation: the analysis block (if any) and the final
+        # message, after the first "<|start|>assistant" (the generation prompt) ...
+        (
+            '            {%- if "thinking" in message %}\n'
+            '                {{- "<|start|>assistant<|channel|>analysis<|message|>" + message.thinking + "<|end|>" }}\n'
+            "            {%- endif %}",
+            '            {{- "<|start|>assistant" }}{%- generation %}{%- if "thinking" in message %}\n'
+            '                {{- "<|channel|>analysis<|message|>" + message.thinking + "<|end|><|start|>assistant" }}\n'
+            "            {%- endif %}",
+            1,
+        ),
+        (
+            '{{- "<|start|>assistant<|channel|>final<|message|>" + message.content + "<|return|>" }}',
+            '{{- "<|channel|>final<|message|>" + message.content + "<|return|>" }}{%- endgeneration %}',
+            1,
+        ),
+        # ... and earlier turns: the final message through <|end|>.
+        (
+            '{{- "<|start|>assistant<|channel|>final<|message|>" + message.content + "<|end|>" }}',
+            '{{- "<|start|>assistant" }}{%- generation %}{{- "<|channel|>final<|message|>" + message.content + "<|end|>" }}{%- endgeneration %}',
+            1,
+        ),
+    ],
+}
+
+
+def apply_replacements(name: str, template: str, replacements: list[Replacement]) -> str:
+    """``template`` with each replacement applied; raises :class:`TemplateChanged` on a count mismatch."""
+    out = template
+    for old, new, expected in replacements:
+        found = out.count(old)
+        if found != expected:
+            raise TemplateChanged(
+                f"{name}: the chat template changed: {old!r} occurs {found} times, expected {expected}; "
+                "update tests/mask_templates.py"
+            )
+        out = out.replace(old, new)
+    if "generation" not in out:  # pragma: no cover - guarded by the counts above
+        raise TemplateChanged(f"{name}: no generation block was inserted")
+    return out
+
+
+def wrapped_template(name: str, template: Optional[str]) -> str:
+    """The chat template of checkpoint ``name`` with its assistant bodies in generation blocks."""
+    if name not in WRAPS:
+        raise KeyError(f"no wrapped template for {name}; add its replacements to tests/mask_templates.py")
+    if not isinstance(template, str):
+        raise TemplateChanged(f"{name}: expected one chat template string, got {type(template).__name__}")
+    return apply_replacements(name, template, WRAPS[name])
