@@ -434,7 +434,8 @@ fn align_spans(tagged: &str, real: &str) -> Option<Vec<ContentSpan>> {
 
 /// The body of each message whose text was found (`spans`), as byte ranges of `rendered`:
 /// for an assistant message from the end of the last `generation_prompt` text between the
-/// previous message's text and this one's (else, and for other roles, from its text), through the end of the first stop token after its text
+/// previous message's text and this one's (else from the whitespace right before its text),
+/// for other roles from its text, through the end of the first stop token after its text
 /// and before the next message's text, else through a special token that directly follows
 /// its text, else to its text's end. Tokens that came from caller text (marked) do not count.
 fn message_bodies(
@@ -461,15 +462,18 @@ fn message_bodies(
             // The template wrote this message's texts apart or out of order: no body.
             continue;
         }
-        let start = generation_prompt
-            .filter(|_| is_assistant(message))
-            .and_then(|gp| {
-                rendered[before..first]
-                    .rfind(gp)
-                    .map(|i| before + i + gp.len())
-            })
-            .unwrap_or(first)
-            .max(bodies.last().map_or(0, |b: &ContentSpan| b.end));
+        let between = &rendered[before..first];
+        let start = if is_assistant(message) {
+            // After the generation prompt; without one (Llama 2, Mistral: the user turn ends with
+            // [/INST]), the whitespace the template writes right before the text is the
+            // assistant's (`[/INST] ` + content: the model generates the space).
+            generation_prompt
+                .and_then(|gp| between.rfind(gp).map(|i| before + i + gp.len()))
+                .unwrap_or_else(|| before + between.trim_end_matches(char::is_whitespace).len())
+        } else {
+            first
+        }
+        .max(bodies.last().map_or(0, |b: &ContentSpan| b.end));
         let tail = &rendered[last..after];
         let end = stop_texts
             .iter()
@@ -647,6 +651,23 @@ mod tests {
             &marked[bodies[0].start..bodies[0].end],
             "ok\u{F0000}<e>\u{F0001}z<e>"
         );
+        // Without a generation prompt (Llama 2) an answer's body takes the space before it.
+        let r = "[INST] q [/INST] a </s>";
+        let spans = [
+            ContentSpan {
+                start: 7,
+                end: 8,
+                message: 0,
+            },
+            ContentSpan {
+                start: 17,
+                end: 18,
+                message: 1,
+            },
+        ];
+        let bodies = message_bodies(r, &spans, |m| m == 1, None, &["</s>".to_string()], &[]);
+        let texts: Vec<&str> = bodies.iter().map(|b| &r[b.start..b.end]).collect();
+        assert_eq!(texts, vec!["q", " a </s>"]);
     }
 
     #[test]

@@ -642,10 +642,6 @@ def explain_generic_difference(model: support.Model, messages: list[dict], ref: 
     * ``no located text``: an assistant message whose content is empty (or that has only tool
       calls) has no text to locate, so no body: its end-of-turn token is not trained (the
       wrapped template trains it).
-    * ``leading template space``: Llama 2 and Mistral v1/v3/v7 write ``' ' + content`` after
-      ``[/INST]`` and ignore ``add_generation_prompt``, so there is no generation prompt and the
-      body starts at the content: the space is template text. When SentencePiece makes the space
-      a token of its own ("▁" before CJK text, digits, punctuation), that token is not trained.
     * ``end of turn not found``: the span's last token is neither a stop token nor a special token
       right after the text (kept for directories without the end-of-turn token in their stop
       tokens; none of the shared ones since the special-token rule).
@@ -681,9 +677,6 @@ def explain_generic_difference(model: support.Model, messages: list[dict], ref: 
             continue
         explained = set()
         first, last = positions[0], positions[-1]
-        if first in missed and text.startswith(" ") and model.tok.decode([ids[first]]).strip() == "":
-            explained.add(first)
-            reasons.append("leading template space: a token of its own, before the content")
         if last in missed and ids[last] not in model.enc.stop_token_ids:
             explained.add(last)
             reasons.append(f"end of turn not found: {model.tok.convert_ids_to_tokens(ids[last])}")
@@ -781,19 +774,15 @@ def test_pinned_generic_path_empty_assistant_content_has_no_body():
     assert native.assistant_mask.tolist() == theirs
 
 
-def test_pinned_generic_path_space_after_inst_is_template_text():
-    """Generic path, Llama 2 / Mistral: no generation prompt, so the body starts at the content;
-    the " " the template writes after [/INST] is trained only when SentencePiece joins it to the
-    first word (a straddling token), not when it is a token of its own ("▁" before CJK)."""
-    for content, same in (("Seven.", True), ("一个人", False)):
+def test_generic_path_trains_the_space_after_inst():
+    """Generic path, Llama 2 / Mistral: no generation prompt, so an answer's body starts at the
+    whitespace the template writes before its text (`[/INST] ` + content): trained whether
+    SentencePiece joins the space to the first word or makes it a token of its own ("▁" before
+    CJK text). Was a difference before the whitespace rule."""
+    for content in ("Seven.", "一个人"):
         messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": content}]
         m, ours, theirs = _generic_and_wrapped("llama-2-7b-chat", messages)
-        assert (ours == theirs) is same, content
-        if not same:
-            i = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-            ids = m.enc.encode(messages, **m.ours_kwargs()).tolist()
-            assert m.tok.convert_ids_to_tokens(ids[i]) == "▁" and (ours[i], theirs[i]) == (0, 1)
-            assert [j for j, (a, b) in enumerate(zip(ours, theirs)) if a != b] == [i]
+        assert ours == theirs, content
 
 
 def test_pinned_generic_path_special_token_after_the_text_ends_the_body():
