@@ -993,13 +993,7 @@ fn _pack<'py>(
         .map(|l| l.as_slice())
         .transpose()
         .map_err(contiguous)?;
-    let lengths = lengths
-        .as_slice()
-        .map_err(contiguous)?
-        .iter()
-        .map(|&l| usize::try_from(l))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|_| PyValueError::new_err("_pack: negative length"))?;
+    let lengths = lengths_arg(&lengths, "_pack")?;
     let packing =
         packing_call(py.detach(|| {
             catch_unwind(AssertUnwindSafe(|| first_fit_decreasing(&lengths, seq_len)))
@@ -1045,6 +1039,17 @@ fn _pack<'py>(
         as_i64(packing.row_offsets).into_pyarray(py),
         as_i64(packing.members).into_pyarray(py),
     ))
+}
+
+/// The `lengths` argument of `_pack`/`_pad` (`what`) as sizes: contiguous, none negative.
+fn lengths_arg(lengths: &numpy::PyReadonlyArray1<'_, i64>, what: &str) -> PyResult<Vec<usize>> {
+    lengths
+        .as_slice()
+        .map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?
+        .iter()
+        .map(|&l| usize::try_from(l))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| PyValueError::new_err(format!("{what}: negative length")))
 }
 
 /// A packing result as a Python error: `ValueError` for bad input, `RuntimeError` for a panic.
@@ -1096,13 +1101,7 @@ fn _pad<'py>(
         .map(|m| m.as_slice())
         .transpose()
         .map_err(contiguous)?;
-    let lengths = lengths
-        .as_slice()
-        .map_err(contiguous)?
-        .iter()
-        .map(|&l| usize::try_from(l))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|_| PyValueError::new_err("_pad: negative length"))?;
+    let lengths = lengths_arg(&lengths, "_pad")?;
     let total = lengths
         .len()
         .checked_mul(width)
