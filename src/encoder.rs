@@ -18,9 +18,11 @@ use crate::mistral_common::MistralCommon;
 use crate::persist::Origin;
 use crate::pieces::Pieces;
 use crate::policies;
+use crate::prefill;
 use crate::probes::{self, ProbeReport};
 use crate::template::{ChatTemplate, DateTime};
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
+use crate::tools;
 
 /// Options of one `encode`/`render` call (transformers' argument names). The default is the
 /// safe one: no generation prompt, control tokens in content sanitized, no template arguments.
@@ -41,6 +43,10 @@ pub struct EncodeOptions {
     /// What the template's `strftime_now()` returns on the generic path (the core never reads
     /// the clock; a template that calls it without `now` fails).
     pub now: Option<DateTime>,
+    /// Leave the final (assistant) message open so the model continues it: the prompt ends
+    /// right after that message's text, as transformers' `continue_final_message=True` cuts
+    /// it (see [`crate::prefill`]). Excludes `add_generation_prompt`.
+    pub continue_final_message: bool,
 }
 
 impl Default for EncodeOptions {
@@ -52,6 +58,7 @@ impl Default for EncodeOptions {
             system: SystemPolicy::Template,
             merge_consecutive: false,
             now: None,
+            continue_final_message: false,
         }
     }
 }
@@ -154,6 +161,9 @@ struct TemplateRoute {
     post_processor_bos: Option<u32>,
     checkpoint_note: Option<String>,
     template_fingerprint: String,
+    /// Tool conversations go to the checkpoint's template on the generic path (see
+    /// [`crate::tools`]): the native format was verified against that template, which compiles.
+    tools_via_template: bool,
 }
 
 enum Backend {
@@ -165,6 +175,7 @@ enum Backend {
 pub struct Encoder {
     backend: Backend,
     stop_token_ids: Vec<u32>,
+    stop_token_ids_for_tool_calls: Vec<u32>,
     /// What it was built from, for [`Encoder::to_bytes`] (see [`crate::persist`]).
     origin: Origin,
 }
@@ -280,6 +291,7 @@ impl Encoder {
         Ok(Encoder {
             backend: Backend::MistralCommon(Box::new(mc)),
             stop_token_ids,
+            stop_token_ids_for_tool_calls: Vec::new(),
             origin,
         })
     }
@@ -364,11 +376,24 @@ impl Encoder {
             Renderer::Native(f) => f.stop_tokens(),
             Renderer::Jinja | Renderer::External { .. } => &[],
         };
+        // Tool-call stops: the format's own where it names them, else those the template writes.
+        let mut stop_token_ids_for_tool_calls: Vec<u32> = tools::TOOL_CALL_STOP_TOKENS
+            .iter()
+            .filter(|t| match &renderer {
+                Renderer::Native(f) => f.stop_tokens().contains(t),
+                Renderer::Jinja | Renderer::External { .. } => {
+                    checkpoint.chat_template.contains(*t)
+                }
+            })
+            .filter_map(|t| token_id(t))
+            .collect();
+        stop_token_ids_for_tool_calls.sort_unstable();
         let mut stop_token_ids: Vec<u32> = format_stops
             .iter()
             .filter_map(|t| token_id(t))
             .chain(checkpoint.special_tokens.eos.as_deref().and_then(token_id))
             .chain(checkpoint.generation_eos_ids.iter().copied())
+            .chain(stop_token_ids_for_tool_calls.iter().copied())
             .collect();
         stop_token_ids.sort_unstable();
         stop_token_ids.dedup();
@@ -379,7 +404,15 @@ impl Encoder {
             .ok()
             .and_then(|e| e.get_ids().first().copied())
             .filter(|&first| Some(first) == bos_id);
+        let verified = match &format_choice {
+            FormatChoice::Probed { .. } => true,
+            FormatChoice::Explicit { report: Some(r) } => r.matches(),
+            _ => false,
+        };
+        let tools_via_template =
+            verified && matches!(renderer, Renderer::Native(_)) && compiled.is_ok();
         let route = TemplateRoute {
+            tools_via_template,
             renderer,
             jinja: compiled.ok(),
             template_source,
@@ -396,6 +429,7 @@ impl Encoder {
         Ok(Encoder {
             backend: Backend::Template(Box::new(route)),
             stop_token_ids,
+            stop_token_ids_for_tool_calls,
             origin: Origin::checkpoint(checkpoint, format, allow_external),
         })
     }
@@ -600,6 +634,13 @@ impl Encoder {
         &self.stop_token_ids
     }
 
+    /// The stop tokens that mean "the model called a tool" (a subset of
+    /// [`Encoder::stop_token_ids`]): Llama 3.1+ `<|eom_id|>`, gpt-oss `<|call|>`; empty where
+    /// the format ends a tool call like any answer (see [`crate::tools::TOOL_CALL_STOP_TOKENS`]).
+    pub fn stop_token_ids_for_tool_calls(&self) -> &[u32] {
+        &self.stop_token_ids_for_tool_calls
+    }
+
     /// The control tokens (special tokens plus added tokens in the template's text).
     pub fn control_tokens(&self) -> &ControlTokens {
         match &self.backend {
@@ -639,6 +680,16 @@ impl Encoder {
         provenance: bool,
     ) -> Result<Pieces<'a>, TemplateError> {
         match &t.renderer {
+            Renderer::Native(_) if t.tools_via_template && tools::uses_tools(messages, &options.kwargs) => {
+                let jinja = t.jinja.as_ref().expect("tools_via_template needs the compiled template");
+                if options.system != SystemPolicy::Template {
+                    return Err(TemplateError::whole(
+                        "system= applies to conversations a native format renders; this one uses tools, which the \
+                         checkpoint's template renders as it is",
+                    ));
+                }
+                Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
+            }
             Renderer::Native(format) => {
                 let request = RenderRequest {
                     messages,
@@ -660,12 +711,7 @@ impl Encoder {
                         "system= applies to native formats; the generic path renders the template as it is",
                     ));
                 }
-                let request = JinjaRequest {
-                    add_generation_prompt: options.add_generation_prompt,
-                    kwargs: &options.kwargs,
-                    now: options.now,
-                };
-                jinja.pieces(messages, &request, sanitize.then_some(&t.control_tokens), provenance)
+                Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
             }
             Renderer::External { reason } => Err(TemplateError::whole(format!(
                 "chatids' Jinja engine cannot compile this template ({reason}); render it in Python \
@@ -674,9 +720,65 @@ impl Encoder {
         }
     }
 
+    /// Render `messages` with the checkpoint's template on the generic path.
+    fn generic_pieces<'a>(
+        jinja: &'a JinjaFormat,
+        t: &'a TemplateRoute,
+        messages: &'a [Message],
+        options: &'a EncodeOptions,
+        sanitize: bool,
+        provenance: bool,
+    ) -> Result<Pieces<'a>, TemplateError> {
+        let request = JinjaRequest {
+            add_generation_prompt: options.add_generation_prompt,
+            kwargs: &options.kwargs,
+            now: options.now,
+        };
+        jinja.pieces(messages, &request, sanitize.then_some(&t.control_tokens), provenance)
+    }
+
     /// Apply the input policies of `options`, render with the native format, and hand the
     /// pieces to `f`.
     fn with_pieces<R>(
+        t: &TemplateRoute,
+        messages: &[Message],
+        options: &EncodeOptions,
+        sanitize: bool,
+        provenance: bool,
+        f: impl FnOnce(&Pieces<'_>) -> Result<R>,
+    ) -> Result<R> {
+        if options.continue_final_message {
+            if options.add_generation_prompt {
+                return Err(TemplateError::whole(
+                    "continue_final_message and add_generation_prompt are not compatible: the first continues the \
+                     final message, the second starts a new assistant message",
+                )
+                .into());
+            }
+            let (tagged, final_text) = prefill::tag_final_message(messages)?;
+            let untagged = EncodeOptions {
+                continue_final_message: false,
+                ..options.clone()
+            };
+            return Self::with_policy_pieces(
+                t,
+                &tagged,
+                &untagged,
+                sanitize,
+                provenance,
+                |pieces| {
+                    let mut pieces = pieces.clone();
+                    prefill::cut_at_tag(&mut pieces, &final_text)?;
+                    f(&pieces)
+                },
+            );
+        }
+        Self::with_policy_pieces(t, messages, options, sanitize, provenance, f)
+    }
+
+    /// [`Encoder::with_pieces`] after the prefill step: merge consecutive messages if asked,
+    /// render, hand the pieces to `f`.
+    fn with_policy_pieces<R>(
         t: &TemplateRoute,
         messages: &[Message],
         options: &EncodeOptions,

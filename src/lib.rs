@@ -46,10 +46,12 @@ pub mod packing;
 pub mod persist;
 pub mod pieces;
 pub mod policies;
+pub mod prefill;
 pub mod probes;
 pub mod pystr;
 pub mod template;
 pub mod text;
+pub mod tools;
 pub mod training;
 
 #[cfg(feature = "python")]

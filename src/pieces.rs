@@ -148,9 +148,58 @@ impl<'a> Pieces<'a> {
         s
     }
 
+    /// Keep only the first `offset` bytes of the rendered prompt ([`Pieces::render`]): pieces
+    /// after it are dropped, the text piece it falls in is cut. A token the offset falls inside
+    /// is dropped whole. `offset` must be on a character boundary.
+    pub fn truncate_rendered(&mut self, offset: usize) {
+        let mut start = 0;
+        for (i, piece) in self.items.iter_mut().enumerate() {
+            let end = start + piece.text.len();
+            if end <= offset {
+                start = end;
+                continue;
+            }
+            let keep = offset - start;
+            if keep == 0 || matches!(piece.kind, PieceKind::Token(_)) {
+                self.items.truncate(i);
+            } else {
+                cut_cow(&mut piece.text, keep);
+                self.items.truncate(i + 1);
+            }
+            return;
+        }
+    }
+
+    /// Remove trailing whitespace (Python's `str.rstrip()`) from the rendered prompt, across
+    /// text pieces; a token ends the stripping.
+    pub fn rstrip_python(&mut self) {
+        while let Some(last) = self.items.last_mut() {
+            if matches!(last.kind, PieceKind::Token(_)) {
+                return;
+            }
+            let kept = last
+                .text
+                .trim_end_matches(crate::pystr::is_python_whitespace)
+                .len();
+            if kept > 0 {
+                cut_cow(&mut last.text, kept);
+                return;
+            }
+            self.items.pop();
+        }
+    }
+
     /// The segments: each token on its own, and each maximal run of text pieces.
     pub fn segments(&self) -> impl Iterator<Item = Segment<'_, 'a>> {
         segments(&self.items)
+    }
+}
+
+/// Keep the first `len` bytes of `text`.
+fn cut_cow(text: &mut Cow<'_, str>, len: usize) {
+    match text {
+        Cow::Borrowed(s) => *s = &s[..len],
+        Cow::Owned(s) => s.truncate(len),
     }
 }
 
@@ -238,6 +287,37 @@ mod tests {
             })
             .collect();
         assert_eq!(shape, vec!["R[x|y]", "T<a>", "T<b>", "R[z|w]", "T<a>"]);
+    }
+
+    #[test]
+    fn truncating_cuts_text_and_drops_what_follows() {
+        let a = tok(1, "<a>");
+        let mut p = Pieces::new();
+        p.text("ab");
+        p.content(String::from("cd  "));
+        p.token(&a);
+        p.text("tail");
+        let mut q = p.clone();
+        q.truncate_rendered(3);
+        assert_eq!(q.render(), "abc");
+        let mut q = p.clone();
+        q.truncate_rendered(2);
+        assert_eq!(q.render(), "ab");
+        let mut q = p.clone();
+        q.truncate_rendered(7);
+        assert_eq!(q.render(), "abcd  ", "a token the cut falls in is dropped");
+        q.rstrip_python();
+        assert_eq!(q.render(), "abcd");
+        let mut q = p.clone();
+        q.truncate_rendered(9);
+        q.rstrip_python();
+        assert_eq!(q.render(), "abcd  <a>", "a token stops rstrip");
+        let mut blank = Pieces::new();
+        blank.text("x");
+        blank.text(" \n");
+        blank.content("\u{1f}\t");
+        blank.rstrip_python();
+        assert_eq!(blank.render(), "x", "Python whitespace (U+001F too), across pieces");
     }
 
     #[test]

@@ -293,12 +293,22 @@ fn sequence_items<'py>(
     }
 }
 
+/// The messages of one conversation; whole dicts (`raw`) for the generic path, and for any
+/// tool conversation, which the checkpoint's template renders (see [`crate::tools`]).
 fn messages_from_py(obj: &Bound<'_, PyAny>, raw: bool) -> Result<Vec<Message>, TemplateError> {
-    sequence_items(obj, "messages must be a list of dicts")?
-        .iter()
-        .enumerate()
-        .map(|(i, m)| message_from_py(m, i, raw))
-        .collect()
+    let items = sequence_items(obj, "messages must be a list of dicts")?;
+    let parse = |raw: bool| -> Result<Vec<Message>, TemplateError> {
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, m)| message_from_py(m, i, raw))
+            .collect()
+    };
+    let messages = parse(raw)?;
+    if !raw && messages.iter().any(crate::tools::is_tool_message) {
+        return parse(true);
+    }
+    Ok(messages)
 }
 
 /// The messages and options of one call, converted.
@@ -366,6 +376,8 @@ struct CallOptions<'a, 'py> {
     raw: bool,
     /// `strftime_now()` for the generic path: (year, month, day, hour, minute, second).
     now: Option<(i32, u32, u32, u32, u32, u32)>,
+    /// Leave the final message open (transformers' `continue_final_message`).
+    continue_final_message: bool,
 }
 
 /// A truncation report for Python: `(policy, original_length, dropped_tokens, dropped_messages)`.
@@ -420,6 +432,7 @@ fn options(call: CallOptions<'_, '_>) -> PyResult<EncodeOptions> {
             system: SystemPolicy::parse(call.system)?,
             merge_consecutive: call.merge_consecutive,
             now: call.now.map(clock),
+            continue_final_message: call.continue_final_message,
         })
     };
     convert().map_err(|e| to_py_err(e.into()))
@@ -473,6 +486,11 @@ impl PyEncoder {
     #[getter]
     fn stop_token_ids(&self) -> Vec<u32> {
         self.inner.stop_token_ids().to_vec()
+    }
+
+    #[getter]
+    fn stop_token_ids_for_tool_calls(&self) -> Vec<u32> {
+        self.inner.stop_token_ids_for_tool_calls().to_vec()
     }
 
     /// `(argument, strftime format)` pairs the template fills from the clock.
@@ -567,7 +585,7 @@ impl PyEncoder {
         }
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, continue_final_message=false))]
     #[allow(clippy::too_many_arguments)]
     fn encode<'py>(
         &self,
@@ -579,6 +597,7 @@ impl PyEncoder {
         system: Option<&str>,
         merge_consecutive: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
+        continue_final_message: bool,
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let (messages, options) = request(
             messages,
@@ -590,13 +609,14 @@ impl PyEncoder {
                 merge_consecutive,
                 raw: self.inner.is_generic(),
                 now,
+                continue_final_message,
             },
         )?;
         let ids = py.detach(|| guarded(|| self.inner.encode(&messages, &options)))?;
         Ok(ids.into_pyarray(py))
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, continue_final_message=false))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_detailed<'py>(
         &self,
@@ -608,6 +628,7 @@ impl PyEncoder {
         system: Option<&str>,
         merge_consecutive: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
+        continue_final_message: bool,
     ) -> PyResult<(
         Bound<'py, PyArray1<u32>>,
         Bound<'py, PyArray1<i32>>,
@@ -623,6 +644,7 @@ impl PyEncoder {
                 merge_consecutive,
                 raw: self.inner.is_generic(),
                 now,
+                continue_final_message,
             },
         )?;
         let tracking = Tracking {
@@ -639,7 +661,7 @@ impl PyEncoder {
         ))
     }
 
-    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, now=None))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, now=None, continue_final_message=false))]
     #[allow(clippy::too_many_arguments)]
     fn render(
         &self,
@@ -650,6 +672,7 @@ impl PyEncoder {
         system: Option<&str>,
         merge_consecutive: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
+        continue_final_message: bool,
     ) -> PyResult<String> {
         let (messages, options) = request(
             messages,
@@ -661,6 +684,7 @@ impl PyEncoder {
                 merge_consecutive,
                 raw: self.inner.is_generic(),
                 now,
+                continue_final_message,
             },
         )?;
         py.detach(|| guarded(|| self.inner.render(&messages, &options)))
@@ -669,7 +693,7 @@ impl PyEncoder {
     /// One conversation for training: `(ids, mask or None, truncation or None,
     /// message_indices or None, from_content or None)`; a truncation is `(policy,
     /// original_length, dropped_tokens, dropped_messages)`.
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, mask=false, train_on="all_assistant", max_length=None, truncation=None, provenance=false))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, continue_final_message=false, mask=false, train_on="all_assistant", max_length=None, truncation=None, provenance=false))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_training<'py>(
         &self,
@@ -681,6 +705,7 @@ impl PyEncoder {
         system: Option<&str>,
         merge_consecutive: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
+        continue_final_message: bool,
         mask: bool,
         train_on: &str,
         max_length: Option<usize>,
@@ -704,6 +729,7 @@ impl PyEncoder {
                 merge_consecutive,
                 raw: self.inner.is_generic(),
                 now,
+                continue_final_message,
             },
         )?;
         let chat = py.detach(|| {
@@ -730,7 +756,7 @@ impl PyEncoder {
     /// Many conversations in parallel: `(ids, offsets, mask or None, truncations, errors)`,
     /// truncations as `(index, policy, original_length, dropped_tokens, dropped_messages)`,
     /// errors (with `on_error="collect"`) as `(index, message)`.
-    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false, now=None, mask=false, train_on="all_assistant", max_length=None, truncation=None, on_error="raise"))]
+    #[pyo3(signature = (conversations, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, num_threads=None, system=None, merge_consecutive=false, now=None, continue_final_message=false, mask=false, train_on="all_assistant", max_length=None, truncation=None, on_error="raise"))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn encode_batch<'py>(
         &self,
@@ -743,6 +769,7 @@ impl PyEncoder {
         system: Option<&str>,
         merge_consecutive: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
+        continue_final_message: bool,
         mask: bool,
         train_on: &str,
         max_length: Option<usize>,
@@ -790,6 +817,7 @@ impl PyEncoder {
             merge_consecutive,
             raw: false,
             now,
+            continue_final_message,
         })?;
         let batch = py.detach(|| {
             guarded(|| {
@@ -815,7 +843,7 @@ impl PyEncoder {
     }
 
     /// Findings as `(code, message index or None, explanation)` tuples.
-    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, for_generation=false, add_special_tokens=false, now=None))]
+    #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, for_generation=false, add_special_tokens=false, now=None, continue_final_message=false))]
     #[allow(clippy::too_many_arguments)]
     fn lint(
         &self,
@@ -828,6 +856,7 @@ impl PyEncoder {
         for_generation: bool,
         add_special_tokens: bool,
         now: Option<(i32, u32, u32, u32, u32, u32)>,
+        continue_final_message: bool,
     ) -> PyResult<Vec<(&'static str, Option<usize>, String)>> {
         let (messages, options) = request(
             messages,
@@ -839,6 +868,7 @@ impl PyEncoder {
                 merge_consecutive,
                 raw: self.inner.is_generic(),
                 now,
+                continue_final_message,
             },
         )?;
         let context = LintContext {

@@ -28,7 +28,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     mode = "full" if support.full_conformance() else f"sample ({support.SAMPLE_PER_FILE}/file)"
     tr = terminalreporter
     tr.section(f"chatids conformance vs transformers ({mode})")
-    cols = ["conversations", "with_tools_compared_without", "compared", "rejected_by_template", "rejected_by_policy", "deviation_documented", "mismatches"]
+    cols = ["conversations", "with_tools", "compared", "rejected_by_template", "rejected_by_policy", "deviation_documented", "mismatches"]
     widths = [max(len(c), 8) for c in cols]
     tr.write_line(f"{'model':27s} " + " ".join(f"{c:>{w}s}" for c, w in zip(cols, widths)))
     for name, counts in sorted(CONFORMANCE.items()):

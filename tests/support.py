@@ -293,9 +293,6 @@ import re  # noqa: E402
 POLICY_PATTERNS = [
     re.compile(p)
     for p in (
-        r"has 'tool_calls', which format \S+ does not render yet",
-        r"'tool' messages are not rendered by format",
-        r"\"(tool|ipython)\" messages \(tool results\) are not rendered by format",
         r"role .* is not rendered by the \S+ template \(it would drop the message silently\)",
         r"a system message needs a user message (after it|to be folded into)",
         r"the template writes the system message into the last user turn only when the conversation ends with it",

@@ -81,6 +81,8 @@ class Encoder:
     @property
     def stop_token_ids(self) -> list[int]: ...
     @property
+    def stop_token_ids_for_tool_calls(self) -> list[int]: ...
+    @property
     def clock_defaults(self) -> list[tuple[str, str]]: ...
     @property
     def control_tokens(self) -> list[tuple[str, int]]: ...
@@ -95,6 +97,7 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
         now: Optional[Clock] = None,
+        continue_final_message: bool = False,
     ) -> np.ndarray: ...
     def encode_detailed(
         self,
@@ -105,6 +108,7 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
         now: Optional[Clock] = None,
+        continue_final_message: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def render(
         self,
@@ -114,6 +118,7 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
         now: Optional[Clock] = None,
+        continue_final_message: bool = False,
     ) -> str: ...
     def lint(
         self,
@@ -125,6 +130,7 @@ class Encoder:
         for_generation: bool = False,
         add_special_tokens: bool = False,
         now: Optional[Clock] = None,
+        continue_final_message: bool = False,
     ) -> list[tuple[str, Optional[int], str]]: ...
     def encode_training(
         self,
@@ -135,6 +141,7 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
         now: Optional[Clock] = None,
+        continue_final_message: bool = False,
         mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,
@@ -151,6 +158,7 @@ class Encoder:
         system: Optional[str] = None,
         merge_consecutive: bool = False,
         now: Optional[Clock] = None,
+        continue_final_message: bool = False,
         mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,

@@ -246,6 +246,14 @@ class Encoder:
         return self._core.stop_token_ids
 
     @property
+    def stop_token_ids_for_tool_calls(self) -> list[int]:
+        """The stop ids that mean "the model called a tool and waits for its result" (a subset
+        of :attr:`stop_token_ids`): Llama 3.1+ ``<|eom_id|>`` (after a built-in ``<|python_tag|>``
+        call), gpt-oss ``<|call|>``. Empty where a tool call ends like any answer (ChatML/Qwen
+        ``</tool_call><|im_end|>``, Mistral ``[TOOL_CALLS]...</s>``): parse the completion."""
+        return self._core.stop_token_ids_for_tool_calls
+
+    @property
     def control_tokens(self) -> list[tuple[str, int]]:
         """The tokens content may never produce with ``sanitize_control_tokens=True``: the
         special tokens plus the added tokens in the template's literal text."""
@@ -284,6 +292,7 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        continue_final_message: bool = False,
         return_assistant_mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,
@@ -307,10 +316,17 @@ class Encoder:
         if not return_assistant_mask and max_length is None and truncation is None and train_on == "all_assistant":
             kwargs, now = self._template_kwargs(template_kwargs)
             if self._fallback is not None:
-                self._fallback_options(system, merge_consecutive)
+                self._fallback_options(system, merge_consecutive, continue_final_message)
                 return self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
             return self._core.encode(
-                messages, add_generation_prompt, sanitize_control_tokens, kwargs, system, merge_consecutive, now
+                messages,
+                add_generation_prompt,
+                sanitize_control_tokens,
+                kwargs,
+                system,
+                merge_consecutive,
+                now,
+                continue_final_message=continue_final_message,
             )
         chat = self.encode_detailed(
             messages,
@@ -318,6 +334,7 @@ class Encoder:
             sanitize_control_tokens,
             system=system,
             merge_consecutive=merge_consecutive,
+            continue_final_message=continue_final_message,
             return_assistant_mask=return_assistant_mask,
             train_on=train_on,
             max_length=max_length,
@@ -334,6 +351,7 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        continue_final_message: bool = False,
         return_assistant_mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,
@@ -344,7 +362,7 @@ class Encoder:
         labels when asked, and what truncation cut."""
         kwargs, now = self._template_kwargs(template_kwargs)
         if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive)
+            self._fallback_options(system, merge_consecutive, continue_final_message)
             self._fallback_training(return_assistant_mask, max_length, truncation)
             ids = self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
             return EncodedChat(ids, np.full(len(ids), -1, dtype=np.int32), np.zeros(len(ids), dtype=bool))
@@ -356,6 +374,7 @@ class Encoder:
             system,
             merge_consecutive,
             now,
+            continue_final_message=continue_final_message,
             mask=return_assistant_mask,
             train_on=train_on,
             max_length=max_length,
@@ -378,14 +397,23 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        continue_final_message: bool = False,
         **template_kwargs: Any,
     ) -> str:
         """The prompt as text, equal to ``apply_chat_template(..., tokenize=False)``."""
         kwargs, now = self._template_kwargs(template_kwargs)
         if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive)
+            self._fallback_options(system, merge_consecutive, continue_final_message)
             return self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
-        return self._core.render(messages, add_generation_prompt, kwargs, system, merge_consecutive, now)
+        return self._core.render(
+            messages,
+            add_generation_prompt,
+            kwargs,
+            system,
+            merge_consecutive,
+            now,
+            continue_final_message=continue_final_message,
+        )
 
     def encode_batch(
         self,
@@ -396,6 +424,7 @@ class Encoder:
         *,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        continue_final_message: bool = False,
         return_assistant_mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,
@@ -414,7 +443,7 @@ class Encoder:
         """
         kwargs, now = self._template_kwargs(template_kwargs)
         if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive)
+            self._fallback_options(system, merge_consecutive, continue_final_message)
             self._fallback_training(return_assistant_mask, max_length, truncation)
             return self._fallback_batch(conversations, add_generation_prompt, sanitize_control_tokens, kwargs, now, on_error)
         ids, offsets, mask, cuts, errors = self._core.encode_batch(
@@ -426,6 +455,7 @@ class Encoder:
             system,
             merge_consecutive,
             now,
+            continue_final_message=continue_final_message,
             mask=return_assistant_mask,
             train_on=train_on,
             max_length=max_length,
@@ -450,6 +480,7 @@ class Encoder:
         add_special_tokens: bool = False,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
+        continue_final_message: bool = False,
         **template_kwargs: Any,
     ) -> list[Finding]:
         """Report, without raising, the silent failures this conversation would meet.
@@ -466,7 +497,15 @@ class Encoder:
                 return [Finding("template-raises", None, str(e))]
             return []
         raw = self._core.lint(
-            messages, add_generation_prompt, kwargs, system, merge_consecutive, for_generation, add_special_tokens, now
+            messages,
+            add_generation_prompt,
+            kwargs,
+            system,
+            merge_consecutive,
+            for_generation,
+            add_special_tokens,
+            now,
+            continue_final_message=continue_final_message,
         )
         return [Finding(code, message, explanation) for code, message, explanation in raw]
 
@@ -493,9 +532,12 @@ class Encoder:
             )
 
     @staticmethod
-    def _fallback_options(system: Optional[str], merge_consecutive: bool) -> None:
-        if system is not None or merge_consecutive:
-            raise ChatTemplateError("system= and merge_consecutive= need chatids' own template engine (not the jinja2 fallback)")
+    def _fallback_options(system: Optional[str], merge_consecutive: bool, continue_final_message: bool = False) -> None:
+        if system is not None or merge_consecutive or continue_final_message:
+            raise ChatTemplateError(
+                "system=, merge_consecutive= and continue_final_message= need chatids' own template engine "
+                "(not the jinja2 fallback)"
+            )
 
     def _fallback_batch(
         self,

@@ -416,8 +416,10 @@ pub(crate) mod rules {
         allowed: &[&str],
         format: &str,
     ) -> Result<(), TemplateError> {
-        for name in kwargs.keys() {
-            if !allowed.contains(&name.as_str()) {
+        for (name, value) in kwargs {
+            // `apply_chat_template` always passes `tools` and `documents` (None by default).
+            let absent = *value == TemplateValue::None && ["tools", "documents"].contains(&name.as_str());
+            if !allowed.contains(&name.as_str()) && !absent {
                 let accepted = if allowed.is_empty() {
                     "none".to_string()
                 } else {

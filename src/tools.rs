@@ -1,0 +1,70 @@
+//! Tool use: which inputs make a conversation a *tool conversation*, and which tokens a model
+//! emits to stop for a tool call.
+//!
+//! Native formats render plain conversations. A tool conversation — a non-`None` template
+//! argument in [`TOOL_ARGUMENTS`] (`tools=`...), an assistant message with `tool_calls`, or a
+//! tool result message (role in [`TOOL_RESULT_ROLES`]) — is rendered by the checkpoint's own
+//! template on the generic path ([`crate::generic`]) whenever the native format was verified
+//! against that template: the template is the authority on how a checkpoint writes tool
+//! definitions, calls and results (JSON layout, `Environment: ipython`, call ids, grouping of
+//! results), and the generic path reproduces `apply_chat_template` exactly, tool results and
+//! arguments sanitized like any content. The mistral-common route encodes tools itself.
+
+use crate::formats::TemplateArgs;
+use crate::message::{Message, TemplateValue};
+
+/// Template arguments that carry tool or retrieval definitions.
+pub const TOOL_ARGUMENTS: &[&str] = &[
+    "tools",
+    "documents",
+    "builtin_tools",
+    "custom_tools",
+    "tools_in_user_message",
+];
+
+/// Roles of messages that carry tool results (`ipython` is Llama 3.1's name for them).
+pub const TOOL_RESULT_ROLES: &[&str] = &["tool", "ipython"];
+
+/// Whether `message` calls a tool or carries a tool result.
+pub fn is_tool_message(message: &Message) -> bool {
+    message.tool_calls.is_some() || TOOL_RESULT_ROLES.contains(&message.role.as_str())
+}
+
+/// Whether the conversation uses tools: a tool message, or a tool argument that is not `None`.
+pub fn uses_tools(messages: &[Message], kwargs: &TemplateArgs) -> bool {
+    messages.iter().any(is_tool_message)
+        || TOOL_ARGUMENTS
+            .iter()
+            .any(|name| kwargs.get(*name).is_some_and(|v| *v != TemplateValue::None))
+}
+
+/// Token texts that end a turn *because the model called a tool*, where a format tells them
+/// apart from the tokens that end an answer: Llama 3.1+ ends a built-in tool call
+/// (`<|python_tag|>...`) with `<|eom_id|>` ("end of message, a tool result follows"), gpt-oss
+/// ends a call with `<|call|>`. Formats whose tool calls end like any answer (ChatML/Qwen
+/// `</tool_call><|im_end|>`, Mistral `[TOOL_CALLS]...</s>`) have none.
+pub const TOOL_CALL_STOP_TOKENS: &[&str] = &["<|eom_id|>", "<|call|>"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_conversations_are_recognised() {
+        let mut kwargs = TemplateArgs::new();
+        let plain = [Message::new("user", "hi")];
+        assert!(!uses_tools(&plain, &kwargs));
+        kwargs.insert("tools".into(), TemplateValue::None);
+        assert!(!uses_tools(&plain, &kwargs), "tools=None is no tools");
+        kwargs.insert("tools".into(), TemplateValue::Json(serde_json::json!([])));
+        assert!(uses_tools(&plain, &kwargs));
+        let kwargs = TemplateArgs::new();
+        assert!(uses_tools(&[Message::new("ipython", "42")], &kwargs));
+        let call = Message {
+            role: "assistant".into(),
+            tool_calls: Some(Some(1)),
+            ..Default::default()
+        };
+        assert!(uses_tools(&[Message::new("user", "x"), call], &kwargs));
+    }
+}
