@@ -688,7 +688,9 @@ impl Encoder {
                          checkpoint's template renders as it is",
                     ));
                 }
-                Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
+                let pieces = Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)?;
+                tools::check_system_messages_kept(messages, &pieces.render())?;
+                Ok(pieces)
             }
             Renderer::Native(format) => {
                 let request = RenderRequest {
@@ -734,7 +736,12 @@ impl Encoder {
             kwargs: &options.kwargs,
             now: options.now,
         };
-        jinja.pieces(messages, &request, sanitize.then_some(&t.control_tokens), provenance)
+        jinja.pieces(
+            messages,
+            &request,
+            sanitize.then_some(&t.control_tokens),
+            provenance,
+        )
     }
 
     /// Apply the input policies of `options`, render with the native format, and hand the
@@ -798,13 +805,33 @@ impl Encoder {
         f(&pieces)
     }
 
-    /// Checks of `options` that only the mistral-common route makes.
-    fn mistral_common_options(options: &EncodeOptions) -> Result<()> {
-        if let Some(name) = options.kwargs.keys().next() {
-            return Err(TemplateError::whole(format!(
-                "the mistral-common route has no template argument {name:?}; an unknown argument would be ignored silently"
-            ))
-            .into());
+    /// Checks of `options` that only the mistral-common route makes, and what it passes on:
+    /// the `tools` argument (the only template argument mistral-common takes; `None` is no
+    /// tools) and `continue_final_message` (which excludes `add_generation_prompt`).
+    fn mistral_common_options(
+        options: &EncodeOptions,
+    ) -> Result<crate::mistral_common::Options<'_>> {
+        let mut tools = None;
+        for (name, value) in &options.kwargs {
+            match (name.as_str(), value) {
+                ("tools", crate::message::TemplateValue::None) => {}
+                ("tools", crate::message::TemplateValue::Json(v @ serde_json::Value::Array(_))) => {
+                    tools = Some(v)
+                }
+                ("tools", other) => {
+                    return Err(TemplateError::whole(format!(
+                        "tools must be a list of {{\"type\": \"function\", \"function\": {{...}}}} dicts, not a {}",
+                        other.type_name()
+                    ))
+                    .into())
+                }
+                _ => {
+                    return Err(TemplateError::whole(format!(
+                        "the mistral-common route has no template argument {name:?}; an unknown argument would be ignored silently"
+                    ))
+                    .into())
+                }
+            }
         }
         if options.system != SystemPolicy::Template {
             return Err(TemplateError::whole(
@@ -812,7 +839,16 @@ impl Encoder {
             )
             .into());
         }
-        Ok(())
+        if options.continue_final_message && options.add_generation_prompt {
+            return Err(TemplateError::whole(
+                "continue_final_message=True and add_generation_prompt=True exclude each other: continue the final (assistant) message, or start a new one",
+            )
+            .into());
+        }
+        Ok(crate::mistral_common::Options {
+            tools,
+            continue_final_message: options.continue_final_message,
+        })
     }
 
     /// The prompt as text: on the transformers route exactly
@@ -826,8 +862,8 @@ impl Encoder {
                 })
             }
             Backend::MistralCommon(mc) => {
-                Self::mistral_common_options(options)?;
-                mc.render(messages)
+                let mc_options = Self::mistral_common_options(options)?;
+                mc.render(messages, mc_options)
             }
         }
     }
@@ -877,10 +913,39 @@ impl Encoder {
                 )
             }
             Backend::MistralCommon(mc) => {
-                Self::mistral_common_options(options)?;
-                mc.encode_into(messages, tracking, out)
+                let mc_options = Self::mistral_common_options(options)?;
+                mc.encode_into(messages, mc_options, tracking, out)
             }
         }
+    }
+
+    /// Render `messages` and hand the pieces, with the encoder of this checkpoint's pieces, to
+    /// `f` (what [`crate::session`] builds on). `None` on the mistral-common route, which has
+    /// no piece stream.
+    pub(crate) fn with_rendered_pieces<R>(
+        &self,
+        messages: &[Message],
+        options: &EncodeOptions,
+        provenance: bool,
+        f: impl FnOnce(&Pieces<'_>, &PieceEncoder<'_>) -> Result<R>,
+    ) -> Result<Option<R>> {
+        let Backend::Template(t) = &self.backend else {
+            return Ok(None);
+        };
+        let encoder = PieceEncoder {
+            text: &t.text,
+            sanitizer: options.sanitize_control_tokens.then_some(&t.control_tokens),
+            newline_ids: &t.newline_ids,
+        };
+        Self::with_pieces(
+            t,
+            messages,
+            options,
+            options.sanitize_control_tokens,
+            provenance,
+            |pieces| f(pieces, &encoder),
+        )
+        .map(Some)
     }
 
     /// Encode many conversations in parallel (rayon) into one flat batch of ids; the first

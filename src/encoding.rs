@@ -95,7 +95,19 @@ impl<'e> PieceEncoder<'e> {
         tracking: Tracking,
         out: &mut EncodedChat,
     ) -> Result<()> {
-        let mut at_start = true;
+        self.encode_continuing(pieces, true, tracking, out)
+    }
+
+    /// Encode `pieces` that follow a template token of the same prompt (`at_start` false) or
+    /// start it (`at_start` true): a token is a hard BPE boundary, so the pieces after it
+    /// encode the same whatever came before (see [`crate::session`]).
+    pub fn encode_continuing(
+        &self,
+        pieces: &[Piece<'_>],
+        mut at_start: bool,
+        tracking: Tracking,
+        out: &mut EncodedChat,
+    ) -> Result<()> {
         let mut buffer = String::new();
         for segment in segments(pieces) {
             match segment {

@@ -49,6 +49,7 @@ pub mod policies;
 pub mod prefill;
 pub mod probes;
 pub mod pystr;
+pub mod session;
 pub mod template;
 pub mod text;
 pub mod tools;

@@ -317,7 +317,11 @@ mod tests {
         blank.text(" \n");
         blank.content("\u{1f}\t");
         blank.rstrip_python();
-        assert_eq!(blank.render(), "x", "Python whitespace (U+001F too), across pieces");
+        assert_eq!(
+            blank.render(),
+            "x",
+            "Python whitespace (U+001F too), across pieces"
+        );
     }
 
     #[test]

@@ -35,32 +35,31 @@ pub fn tag_final_message(messages: &[Message]) -> Result<(Vec<Message>, String),
             "continue_final_message is set but the final message has no text to continue",
         )
     };
-    let original = match &mut message.content {
-        None => {
-            return Err(TemplateError::at(
+    let original =
+        match &mut message.content {
+            None => return Err(TemplateError::at(
                 last,
                 "continue_final_message is set but the final message has no 'content' to continue",
-            ))
-        }
-        Some(Content::Text(s)) => {
-            let original = s.clone();
-            s.push_str(TAG);
-            original
-        }
-        Some(Content::Parts(parts)) => {
-            let text = parts
-                .iter_mut()
-                .rev()
-                .find_map(|p| match p {
-                    ContentPart::Text(t) => Some(t),
-                    ContentPart::Other { .. } => None,
-                })
-                .ok_or_else(no_text)?;
-            let original = text.clone();
-            text.push_str(TAG);
-            original
-        }
-    };
+            )),
+            Some(Content::Text(s)) => {
+                let original = s.clone();
+                s.push_str(TAG);
+                original
+            }
+            Some(Content::Parts(parts)) => {
+                let text = parts
+                    .iter_mut()
+                    .rev()
+                    .find_map(|p| match p {
+                        ContentPart::Text(t) => Some(t),
+                        ContentPart::Other { .. } => None,
+                    })
+                    .ok_or_else(no_text)?;
+                let original = text.clone();
+                text.push_str(TAG);
+                original
+            }
+        };
     if let Some(raw) = &message.raw {
         let mut map = (**raw).clone();
         match map.get_mut("content") {
@@ -143,7 +142,10 @@ mod tests {
             role: "assistant".into(),
             ..Default::default()
         }];
-        assert!(tag_final_message(&missing).unwrap_err().to_string().contains("no 'content'"));
+        assert!(tag_final_message(&missing)
+            .unwrap_err()
+            .to_string()
+            .contains("no 'content'"));
         assert!(tag_final_message(&[]).is_err());
     }
 
@@ -154,13 +156,21 @@ mod tests {
         p.content(format!("Sure {TAG}"));
         p.text("</bot>");
         cut_at_tag(&mut p, "Sure ").unwrap();
-        assert_eq!(p.render(), "<user>q</user><bot>Sure ", "tag intact: cut exactly");
+        assert_eq!(
+            p.render(),
+            "<user>q</user><bot>Sure ",
+            "tag intact: cut exactly"
+        );
         let mut p = Pieces::new();
         p.text("<bot>");
         p.content(format!("Sure {}", TAG.trim_end()));
         p.text("</bot>");
         cut_at_tag(&mut p, "Sure ").unwrap();
-        assert_eq!(p.render(), "<bot>Sure", "tag trimmed: whitespace before it stripped");
+        assert_eq!(
+            p.render(),
+            "<bot>Sure",
+            "tag trimmed: whitespace before it stripped"
+        );
         let mut p = Pieces::new();
         p.text("<bot></bot>");
         assert!(cut_at_tag(&mut p, "Sure").is_err());

@@ -10,6 +10,7 @@
 //! results), and the generic path reproduces `apply_chat_template` exactly, tool results and
 //! arguments sanitized like any content. The mistral-common route encodes tools itself.
 
+use crate::error::TemplateError;
 use crate::formats::TemplateArgs;
 use crate::message::{Message, TemplateValue};
 
@@ -36,6 +37,28 @@ pub fn uses_tools(messages: &[Message], kwargs: &TemplateArgs) -> bool {
         || TOOL_ARGUMENTS
             .iter()
             .any(|name| kwargs.get(*name).is_some_and(|v| *v != TemplateValue::None))
+}
+
+/// Refuse a system message the template left out of `rendered` (Mistral v3 and Nemo write
+/// the system prompt only when the conversation ends with a user turn): the native formats
+/// refuse that drop, and tool conversations, which the template renders, keep the rule.
+pub fn check_system_messages_kept(
+    messages: &[Message],
+    rendered: &str,
+) -> Result<(), TemplateError> {
+    for (i, message) in messages.iter().enumerate() {
+        if message.role != "system" {
+            continue;
+        }
+        let text = message.text().map(crate::pystr::strip).unwrap_or_default();
+        if !text.is_empty() && !rendered.contains(text) {
+            return Err(TemplateError::at(
+                i,
+                "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Token texts that end a turn *because the model called a tool*, where a format tells them

@@ -49,6 +49,15 @@ Clock = tuple[int, int, int, int, int, int]
 #: (policy, original_length, dropped_tokens, dropped_messages)
 TruncationTuple = tuple[str, int, int, list[int]]
 
+class Session:
+    def append(self, messages: Any) -> tuple[int, np.ndarray]: ...
+    def append_completion(self, ids: list[int], message: Any) -> tuple[int, np.ndarray]: ...
+    def generation_prompt(self) -> np.ndarray: ...
+    @property
+    def ids(self) -> np.ndarray: ...
+    @property
+    def message_count(self) -> int: ...
+
 class Encoder:
     @staticmethod
     def from_pretrained(
@@ -82,6 +91,17 @@ class Encoder:
     def stop_token_ids(self) -> list[int]: ...
     @property
     def stop_token_ids_for_tool_calls(self) -> list[int]: ...
+    @property
+    def append_rewrites(self) -> Optional[list[str]]: ...
+    def session(
+        self,
+        sanitize_control_tokens: bool = True,
+        kwargs: Optional[dict[str, Any]] = None,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        now: Optional[Clock] = None,
+        on_rewrite: str = "error",
+    ) -> Session: ...
     @property
     def clock_defaults(self) -> list[tuple[str, str]]: ...
     @property

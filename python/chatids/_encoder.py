@@ -16,6 +16,7 @@ from ._core import ChatTemplateError
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # _training imports this module; Batch.to_padded/pack import it when called
+    from ._session import Session
     from ._training import Packed, Padded
 
 #: The native formats of the transformers route, by name.
@@ -470,6 +471,36 @@ class Encoder:
             errors=dict(errors),
             truncations={i: _truncation(t) for i, t in cuts},
         )
+
+    def session(
+        self,
+        messages: Conversation = (),
+        *,
+        sanitize_control_tokens: bool = True,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        on_rewrite: str = "error",
+        **template_kwargs: Any,
+    ) -> "Session":
+        """An append-only :class:`~chatids.Session` starting with ``messages``, rendered with
+        these options for its whole life (``tools=``, ``date_string``, ``now``... are fixed when
+        the session starts). See the README, "Serving and agent loops"."""
+        from ._session import Session
+
+        if self._fallback is not None:
+            raise ChatTemplateError("sessions need chatids' own template engine (not the jinja2 fallback)")
+        kwargs, now = self._template_kwargs(template_kwargs)
+        session = Session(self._core.session(sanitize_control_tokens, kwargs, system, merge_consecutive, now, on_rewrite))
+        if len(messages):
+            session.append(list(messages))
+        return session
+
+    @property
+    def append_rewrites(self) -> Optional[list[str]]:
+        """Where appending messages can change tokens already encoded (the template is not
+        prefix-preserving there), one line per case; ``[]``: prefix-preserving; ``None``: not
+        known (the generic path; sessions detect rewrites as they happen)."""
+        return self._core.append_rewrites
 
     def lint(
         self,

@@ -418,7 +418,8 @@ pub(crate) mod rules {
     ) -> Result<(), TemplateError> {
         for (name, value) in kwargs {
             // `apply_chat_template` always passes `tools` and `documents` (None by default).
-            let absent = *value == TemplateValue::None && ["tools", "documents"].contains(&name.as_str());
+            let absent =
+                *value == TemplateValue::None && ["tools", "documents"].contains(&name.as_str());
             if !allowed.contains(&name.as_str()) && !absent {
                 let accepted = if allowed.is_empty() {
                     "none".to_string()

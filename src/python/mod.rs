@@ -23,6 +23,8 @@ use crate::message::{Content, ContentPart, Message, TemplateValue};
 use crate::template::DateTime;
 use crate::training::{TrainOn, TrainingOptions, Truncated, TruncationPolicy};
 
+mod session;
+
 create_exception!(
     _core,
     ChatTemplateError,
@@ -491,6 +493,42 @@ impl PyEncoder {
     #[getter]
     fn stop_token_ids_for_tool_calls(&self) -> Vec<u32> {
         self.inner.stop_token_ids_for_tool_calls().to_vec()
+    }
+
+    /// Where appending messages can change earlier tokens (None: not known, generic path).
+    #[getter]
+    fn append_rewrites(&self) -> Option<Vec<&'static str>> {
+        crate::session::append_rewrites(&self.inner).map(<[_]>::to_vec)
+    }
+
+    /// An empty append-only session with these render options.
+    #[pyo3(signature = (sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, on_rewrite="error"))]
+    #[allow(clippy::too_many_arguments)]
+    fn session(
+        slf: &Bound<'_, Self>,
+        sanitize_control_tokens: bool,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        system: Option<&str>,
+        merge_consecutive: bool,
+        now: Option<(i32, u32, u32, u32, u32, u32)>,
+        on_rewrite: &str,
+    ) -> PyResult<session::PySession> {
+        let options = options(CallOptions {
+            add_generation_prompt: false,
+            sanitize_control_tokens,
+            kwargs,
+            system,
+            merge_consecutive,
+            raw: false,
+            now,
+            continue_final_message: false,
+        })?;
+        let on_rewrite =
+            crate::session::OnRewrite::parse(on_rewrite).map_err(|e| to_py_err(e.into()))?;
+        Ok(session::PySession::new(
+            slf.clone().unbind(),
+            crate::session::Session::new(options, on_rewrite),
+        ))
     }
 
     /// `(argument, strftime format)` pairs the template fills from the clock.
@@ -1182,6 +1220,7 @@ fn _pad<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEncoder>()?;
+    m.add_class::<session::PySession>()?;
     m.add_function(wrap_pyfunction!(_sentencepiece_encode, m)?)?;
     m.add_function(wrap_pyfunction!(_tekken_encode, m)?)?;
     m.add_function(wrap_pyfunction!(_jinja_render, m)?)?;

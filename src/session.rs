@@ -1,0 +1,450 @@
+//! Append-only encoding: a conversation that grows turn by turn (an agent loop, a chat server)
+//! without re-encoding what it already holds.
+//!
+//! A [`Session`] keeps the ids of its messages and the rendered prompt they encode. Appending
+//! renders the longer conversation (cheap: pieces, no BPE), finds how much of the previous
+//! render it keeps unchanged, and encodes only the rest, starting at the last template token
+//! inside the unchanged part: a special token is a hard BPE boundary, so everything before it
+//! encodes exactly as a full encode would. The result always equals
+//! [`Encoder::encode`] of all the messages, except where the caller appended the model's own
+//! completion ids ([`Session::append_completion`]), which are kept as sampled.
+//!
+//! Where a template is not *prefix-preserving* (its output for N messages is not a prefix of
+//! its output for N+1, see [`append_rewrites`]), an append changes ids the session already
+//! holds. [`OnRewrite`] decides: raise (the default: a serving stack's KV cache holds those
+//! ids), or re-encode and report where the ids start to differ ([`Appended::start`]).
+//!
+//! The mistral-common route has no piece stream: its sessions re-encode the whole
+//! conversation on each append (same results and checks, no speed-up) and do not take
+//! completion ids.
+
+use crate::encoder::{EncodeOptions, Encoder};
+use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
+use crate::error::{Result, TemplateError};
+use crate::message::Message;
+use crate::pieces::{Piece, PieceKind, Pieces};
+
+/// What an append does when the template changes ids the session already holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnRewrite {
+    /// Raise [`TemplateError`]; the session is unchanged.
+    #[default]
+    Error,
+    /// Re-encode: the ids become those of a full encode, and [`Appended::start`] says where
+    /// they first differ from the previous ones (the model's completion ids before that point
+    /// are replaced by the encoding of the parsed message).
+    Reencode,
+}
+
+impl OnRewrite {
+    /// Parse `"error"` / `"reencode"`.
+    pub fn parse(value: &str) -> Result<Self, TemplateError> {
+        match value {
+            "error" => Ok(OnRewrite::Error),
+            "reencode" => Ok(OnRewrite::Reencode),
+            other => Err(TemplateError::whole(format!(
+                "on_rewrite must be \"error\" or \"reencode\", not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// What an append changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Index of the first id that is new or changed: the previous length for a pure append,
+    /// less after a re-encode ([`OnRewrite::Reencode`]).
+    pub start: usize,
+}
+
+/// The kind of a piece, for comparing renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Token(u32),
+    TemplateText,
+    Content,
+}
+
+impl From<PieceKind> for Kind {
+    fn from(kind: PieceKind) -> Self {
+        match kind {
+            PieceKind::Token(id) => Kind::Token(id),
+            PieceKind::TemplateText => Kind::TemplateText,
+            PieceKind::Content => Kind::Content,
+        }
+    }
+}
+
+/// A rendered prompt and how its ids line up with it.
+#[derive(Debug, Clone, Default)]
+struct Layout {
+    /// The rendered text.
+    text: String,
+    /// Per piece: its kind and the end of its text in `text`.
+    pieces: Vec<(Kind, usize)>,
+    /// `(piece count, ids)`: after the first `piece count` pieces (ending with a template token,
+    /// or none), the ids hold exactly `ids` tokens. Increasing; starts with `(0, 0)`.
+    boundaries: Vec<(usize, usize)>,
+}
+
+impl Layout {
+    /// How many leading pieces of `pieces` equal this layout's (kind and text).
+    fn shared_pieces(&self, pieces: &[Piece<'_>]) -> usize {
+        let mut start = 0;
+        for (i, (piece, &(kind, end))) in pieces.iter().zip(&self.pieces).enumerate() {
+            if Kind::from(piece.kind) != kind || self.text.get(start..end) != Some(&*piece.text) {
+                return i;
+            }
+            start = end;
+        }
+        pieces.len().min(self.pieces.len())
+    }
+
+    /// The last boundary within the first `shared` pieces.
+    fn boundary_within(&self, shared: usize) -> (usize, usize) {
+        let at = self.boundaries.partition_point(|&(p, _)| p <= shared);
+        self.boundaries[at.saturating_sub(1)]
+    }
+}
+
+/// The encoding of a longer conversation, planned against the session's state.
+struct Plan {
+    /// The new ids: the session's first `keep` ids, then `tail`.
+    keep: usize,
+    tail: Vec<u32>,
+    layout: Layout,
+}
+
+/// Encode `pieces[from..]` (which follow a token, or start the prompt) into `tail`, and
+/// extend `layout` with the pieces and the boundary after each token (ids counted from
+/// `ids_before`).
+fn encode_tail(
+    encoder: &PieceEncoder<'_>,
+    pieces: &[Piece<'_>],
+    from: usize,
+    ids_before: usize,
+    layout: &mut Layout,
+) -> Result<Vec<u32>> {
+    let mut out = EncodedChat::default();
+    let mut run_start = from;
+    for (i, piece) in pieces.iter().enumerate().skip(from) {
+        if let PieceKind::Token(_) = piece.kind {
+            encoder.encode_continuing(
+                &pieces[run_start..=i],
+                run_start == 0,
+                Tracking::default(),
+                &mut out,
+            )?;
+            run_start = i + 1;
+            layout.boundaries.push((i + 1, ids_before + out.ids.len()));
+        }
+    }
+    encoder.encode_continuing(
+        &pieces[run_start..],
+        run_start == 0,
+        Tracking::default(),
+        &mut out,
+    )?;
+    Ok(out.ids)
+}
+
+/// The layout of `pieces` with the boundaries of `previous` up to piece `shared`.
+fn layout_of(pieces: &Pieces<'_>, previous: &Layout, shared: usize) -> Layout {
+    let slice = pieces.as_slice();
+    let mut text = String::with_capacity(slice.iter().map(|p| p.text.len()).sum());
+    let mut kinds = Vec::with_capacity(slice.len());
+    for p in slice {
+        text.push_str(&p.text);
+        kinds.push((Kind::from(p.kind), text.len()));
+    }
+    let kept = previous.boundaries.partition_point(|&(p, _)| p <= shared);
+    Layout {
+        text,
+        pieces: kinds,
+        boundaries: previous.boundaries[..kept.max(1)].to_vec(),
+    }
+}
+
+/// A conversation encoded incrementally (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Session {
+    options: EncodeOptions,
+    on_rewrite: OnRewrite,
+    messages: Vec<Message>,
+    ids: Vec<u32>,
+    layout: Layout,
+}
+
+impl Session {
+    /// An empty session. `options` are those of every render (its `add_generation_prompt` and
+    /// `continue_final_message` are ignored: [`Session::generation_prompt`] adds the prompt).
+    pub fn new(options: EncodeOptions, on_rewrite: OnRewrite) -> Self {
+        Session {
+            options: EncodeOptions {
+                add_generation_prompt: false,
+                continue_final_message: false,
+                ..options
+            },
+            on_rewrite,
+            messages: Vec::new(),
+            ids: Vec::new(),
+            layout: Layout {
+                boundaries: vec![(0, 0)],
+                ..Layout::default()
+            },
+        }
+    }
+
+    /// The ids of the conversation so far (no generation prompt).
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// The messages so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// What an append does when the template rewrites earlier ids.
+    pub fn on_rewrite(&self) -> OnRewrite {
+        self.on_rewrite
+    }
+
+    /// Plan the encoding of `messages` (the session's, extended) with or without the
+    /// generation prompt.
+    fn plan(&self, encoder: &Encoder, messages: &[Message], agp: bool) -> Result<Plan> {
+        let options = EncodeOptions {
+            add_generation_prompt: agp,
+            ..self.options.clone()
+        };
+        let planned = encoder.with_rendered_pieces(messages, &options, false, |pieces, pe| {
+            let shared = self.layout.shared_pieces(pieces.as_slice());
+            let (from, keep) = self.layout.boundary_within(shared);
+            let mut layout = layout_of(pieces, &self.layout, from);
+            let tail = encode_tail(pe, pieces.as_slice(), from, keep, &mut layout)?;
+            Ok(Plan { keep, tail, layout })
+        })?;
+        match planned {
+            Some(plan) => Ok(plan),
+            None => {
+                // mistral-common: the whole conversation, compared id by id.
+                let tail = encoder.encode(messages, &options)?;
+                Ok(Plan {
+                    keep: 0,
+                    tail,
+                    layout: self.layout.clone(),
+                })
+            }
+        }
+    }
+
+    /// Where the planned ids first differ from the session's (its length if they extend them),
+    /// or the rewrite error.
+    fn check(&self, plan: &Plan, what: &str) -> Result<usize> {
+        let old = &self.ids[plan.keep..];
+        let same = old
+            .iter()
+            .zip(&plan.tail)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let start = plan.keep + same;
+        if start < self.ids.len() && self.on_rewrite == OnRewrite::Error {
+            return Err(TemplateError::whole(format!(
+                "{what} changes token {start} of the {} the session holds: this template is not prefix-preserving here \
+                 (see Encoder.append_rewrites); pass on_rewrite=\"reencode\" to re-encode instead",
+                self.ids.len()
+            ))
+            .into());
+        }
+        Ok(start)
+    }
+
+    /// Append `new` messages; the ids equal a full encode of all messages (except completion
+    /// ids kept as sampled). On error the session is unchanged.
+    pub fn append(&mut self, encoder: &Encoder, new: Vec<Message>) -> Result<Appended> {
+        let first = self.messages.len();
+        let mut messages = std::mem::take(&mut self.messages);
+        messages.extend(new);
+        let planned = self.plan(encoder, &messages, false).and_then(|plan| {
+            let start = self.check(&plan, &format!("appending message {first}"))?;
+            Ok((plan, start))
+        });
+        let (plan, start) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                messages.truncate(first);
+                self.messages = messages;
+                return Err(e);
+            }
+        };
+        self.messages = messages;
+        self.commit(plan);
+        Ok(Appended { start })
+    }
+
+    fn commit(&mut self, plan: Plan) {
+        self.ids.truncate(plan.keep);
+        self.ids.extend(plan.tail);
+        self.layout = plan.layout;
+    }
+
+    /// The ids of the conversation followed by the generation prompt (what to feed the model
+    /// for its next turn). The session is unchanged.
+    pub fn generation_prompt(&self, encoder: &Encoder) -> Result<Vec<u32>> {
+        let plan = self.plan(encoder, &self.messages, true)?;
+        self.check(&plan, "the generation prompt")?;
+        let mut ids = self.ids[..plan.keep].to_vec();
+        ids.extend(plan.tail);
+        Ok(ids)
+    }
+
+    /// Append the model's turn as it was sampled after [`Session::generation_prompt`]:
+    /// `completion` ids are kept verbatim, and `message` (the parsed turn: content, tool
+    /// calls) is what later renders see. If `completion` does not end with one of the
+    /// encoder's stop tokens (the engine dropped it, or the length limit cut the turn), the
+    /// token the template writes to end the turn is appended. What the template writes after
+    /// the turn (ChatML's `"\n"`) is encoded as usual. Returns where the new ids start.
+    pub fn append_completion(
+        &mut self,
+        encoder: &Encoder,
+        completion: &[u32],
+        message: Message,
+    ) -> Result<Appended> {
+        let index = self.messages.len();
+        if encoder.mistral_common().is_some() {
+            return Err(TemplateError::at(
+                index,
+                "append_completion needs the template route (the mistral-common route has no piece stream); \
+                 append the parsed message instead",
+            )
+            .into());
+        }
+        let prompt = self.plan(encoder, &self.messages, true)?;
+        let start = self.check(&prompt, "the generation prompt")?;
+        let prompt_pieces = prompt.layout.pieces.len();
+        let mut messages = self.messages.clone();
+        messages.push(message);
+        let stops = encoder.stop_token_ids();
+        let last = completion.last().copied();
+        let ends_with_stop = last.is_some_and(|id| stops.contains(&id));
+        let prompt_layout = &prompt.layout;
+        let planned = encoder.with_rendered_pieces(&messages, &self.options, false, |pieces, pe| {
+            let slice = pieces.as_slice();
+            // The render with the turn shares the prompt's pieces up to the turn's text at
+            // least; the turn ends at its first end-of-turn token after that.
+            let shared = prompt_layout.shared_pieces(slice).min(prompt_pieces);
+            let (from, _) = prompt_layout.boundary_within(shared);
+            let find = |wanted: &dyn Fn(u32) -> bool| {
+                slice[from..].iter().position(|p| matches!(p.kind, PieceKind::Token(id) if wanted(id)))
+            };
+            let end = match last.filter(|_| ends_with_stop) {
+                Some(stop) => find(&|id| id == stop).or_else(|| find(&|id| stops.contains(&id))),
+                None => find(&|id| stops.contains(&id)),
+            }
+            .map(|i| from + i)
+            .ok_or_else(|| {
+                TemplateError::at(
+                    index,
+                    "the template writes no end-of-turn token after this message, so the completion cannot be \
+                     placed in the prompt",
+                )
+            })?;
+            let mut ids = self.ids[..prompt.keep].to_vec();
+            ids.extend(&prompt.tail);
+            ids.extend_from_slice(completion);
+            if !ends_with_stop {
+                let PieceKind::Token(id) = slice[end].kind else {
+                    unreachable!("end is a token")
+                };
+                ids.push(id);
+            }
+            let mut layout = layout_of(pieces, prompt_layout, from);
+            layout.boundaries.push((end + 1, ids.len()));
+            let after = encode_tail(pe, slice, end + 1, ids.len(), &mut layout)?;
+            ids.extend(after);
+            Ok((ids, layout))
+        })?;
+        let (ids, layout) = planned.expect("the template route renders pieces");
+        self.messages = messages;
+        self.ids = ids;
+        self.layout = layout;
+        Ok(Appended { start })
+    }
+}
+
+/// Where appending messages can change earlier tokens with this encoder's format (its
+/// template's output for N messages is not a prefix of its output for N+1): one line per
+/// case. Empty: prefix-preserving. `None`: not known (the generic path renders arbitrary
+/// templates; a session detects rewrites as they happen).
+pub fn append_rewrites(encoder: &Encoder) -> Option<&'static [&'static str]> {
+    const QWEN_TOOLS: &str = "consecutive tool results share one user turn (<tool_response> blocks): append all the results of \
+         one step in one call";
+    const MISTRAL_LAST_USER: &str = "the system prompt (and [AVAILABLE_TOOLS]) is written into the last user turn: appending a user \
+         message moves it";
+    let rewrites: &'static [&'static str] = match encoder.format_name() {
+        "qwen3" => &[
+            "the reasoning (<think> block) of assistant turns before the last user message is dropped once a new \
+             user message follows",
+            QWEN_TOOLS,
+        ],
+        "qwen2.5" => &[QWEN_TOOLS],
+        "llama-3.1" | "llama-3.2" => &[
+            "with tools (tools_in_user_message=True, the default) the tool definitions are written into the first \
+             user message: nothing renders before it",
+        ],
+        "mistral-v3" | "mistral-v3-tekken" => &[MISTRAL_LAST_USER],
+        "mistral-common-v2" | "mistral-common-v3" | "mistral-common-v3-tekken" => &[MISTRAL_LAST_USER],
+        crate::generic::FORMAT_NAME | crate::generic::EXTERNAL_FORMAT_NAME => return None,
+        _ => &[],
+    };
+    Some(rewrites)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pieces::TemplateToken;
+
+    #[test]
+    fn layouts_share_pieces_by_kind_and_text() {
+        let eot = TemplateToken {
+            id: 9,
+            text: "<eot>".into(),
+        };
+        let mut a = Pieces::new();
+        a.text("user: ");
+        a.content("hi");
+        a.token(&eot);
+        a.text("\n");
+        let base = Layout {
+            boundaries: vec![(0, 0)],
+            ..Layout::default()
+        };
+        let layout = layout_of(&a, &base, 0);
+        assert_eq!(layout.text, "user: hi<eot>\n");
+        let mut b = Pieces::new();
+        b.text("user: ");
+        b.content("hi");
+        b.token(&eot);
+        b.text("\n");
+        b.text("bot: ");
+        assert_eq!(layout.shared_pieces(b.as_slice()), 4);
+        let mut c = Pieces::new();
+        c.text("user: ");
+        c.text("hi"); // same text, template text instead of content
+        assert_eq!(layout.shared_pieces(c.as_slice()), 1);
+        let with_boundary = Layout {
+            boundaries: vec![(0, 0), (3, 4)],
+            ..layout
+        };
+        assert_eq!(with_boundary.boundary_within(4), (3, 4));
+        assert_eq!(with_boundary.boundary_within(2), (0, 0));
+    }
+
+    #[test]
+    fn rewrite_policies_parse() {
+        assert_eq!(OnRewrite::parse("error").unwrap(), OnRewrite::Error);
+        assert_eq!(OnRewrite::parse("reencode").unwrap(), OnRewrite::Reencode);
+        assert!(OnRewrite::parse("ignore").is_err());
+    }
+}
