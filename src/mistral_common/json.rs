@@ -5,6 +5,8 @@
 
 use std::fmt::Write as _;
 
+use crate::template::pyvalue::float_repr;
+
 /// A value as Python's `json.loads` returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PyJson {
@@ -136,42 +138,6 @@ fn json_float(f: f64) -> String {
     } else {
         float_repr(f)
     }
-}
-
-/// Python's `repr()` of a finite float: the shortest digits that round-trip, in positional
-/// notation for decimal exponents -4..16 and scientific (`1e+16`, `1e-05`) otherwise.
-pub fn float_repr(f: f64) -> String {
-    let sci = format!("{:e}", f.abs());
-    let (mantissa, exp) = sci.split_once('e').expect("LowerExp has an exponent");
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let exp: i32 = exp.parse().expect("exponent");
-    let point = exp + 1;
-    let mut out = String::new();
-    if f.is_sign_negative() {
-        out.push('-');
-    }
-    if !(-4 < point && point <= 16) {
-        out.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let e = point - 1;
-        let _ = write!(out, "e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
-    } else if point <= 0 {
-        out.push_str("0.");
-        out.push_str(&"0".repeat((-point) as usize));
-        out.push_str(&digits);
-    } else if point as usize >= digits.len() {
-        out.push_str(&digits);
-        out.push_str(&"0".repeat(point as usize - digits.len()));
-        out.push_str(".0");
-    } else {
-        out.push_str(&digits[..point as usize]);
-        out.push('.');
-        out.push_str(&digits[point as usize..]);
-    }
-    out
 }
 
 /// `json.loads(text)` as Python runs it (strict mode: no raw control characters in strings).
@@ -431,17 +397,44 @@ mod tests {
 
     #[test]
     fn loads_and_dumps_like_python() {
-        assert_eq!(round(r#"{"a":1,"b":[true,null,"x"]}"#), r#"{"a": 1, "b": [true, null, "x"]}"#);
+        assert_eq!(
+            round(r#"{"a":1,"b":[true,null,"x"]}"#),
+            r#"{"a": 1, "b": [true, null, "x"]}"#
+        );
         assert_eq!(round(r#"{"a":1,"b":2,"a":3}"#), r#"{"a": 3, "b": 2}"#);
-        assert_eq!(round("[1.0, 1e16, 1e15, 0.0001, 1e-5, -0, -0.0, 1E400, NaN, -Infinity]"),
-            "[1.0, 1e+16, 1000000000000000.0, 0.0001, 1e-05, 0, -0.0, Infinity, NaN, -Infinity]");
-        assert_eq!(round("123456789012345678901234567890"), "123456789012345678901234567890");
-        assert_eq!(round(r#""\u00e9\ud83d\ude00\n\u0001 \/""#), "\"é😀\\n\\u0001 /\"");
+        assert_eq!(
+            round("[1.0, 1e16, 1e15, 0.0001, 1e-5, -0, -0.0, 1E400, NaN, -Infinity]"),
+            "[1.0, 1e+16, 1000000000000000.0, 0.0001, 1e-05, 0, -0.0, Infinity, NaN, -Infinity]"
+        );
+        assert_eq!(
+            round("123456789012345678901234567890"),
+            "123456789012345678901234567890"
+        );
+        assert_eq!(
+            round(r#""\u00e9\ud83d\ude00\n\u0001 \/""#),
+            "\"é😀\\n\\u0001 /\""
+        );
         assert_eq!(round(" \"[INST]\" "), "\"[INST]\"");
-        for bad in ["", "abc", "{'a': 1}", "[1,]", "01", "1.", ".5", "1 2", "\"a\tb\"", "\u{feff}1", "nan", "[1"] {
+        for bad in [
+            "",
+            "abc",
+            "{'a': 1}",
+            "[1,]",
+            "01",
+            "1.",
+            ".5",
+            "1 2",
+            "\"a\tb\"",
+            "\u{feff}1",
+            "nan",
+            "[1",
+        ] {
             assert_eq!(loads(bad), Err(LoadError::NotJson), "{bad:?}");
         }
-        assert!(matches!(loads(r#""\ud800""#), Err(LoadError::Unsupported(_))));
+        assert!(matches!(
+            loads(r#""\ud800""#),
+            Err(LoadError::Unsupported(_))
+        ));
     }
 
     #[test]

@@ -16,10 +16,23 @@
 //!   the system prompt prepended to the last user message.
 //! * v7: as v3, system messages in place as `[SYSTEM_PROMPT]` + `encode(system)` + `[/SYSTEM_PROMPT]`.
 //!
+//! Tools (v2 and later; v1 has none and chatids refuses a tools list there rather than drop it
+//! as mistral-common does): `[AVAILABLE_TOOLS]` + `encode(json.dumps(tools))` +
+//! `[/AVAILABLE_TOOLS]` before the last user turn's `[INST]`; an assistant turn's calls as
+//! `[TOOL_CALLS]` + `encode(json.dumps([{"name", "arguments"(, "id" from v3)}]))` + `</s>`
+//! (v2 leaves out calls and results before the last user message; v7 may write text before
+//! the calls); results as `[TOOL_RESULTS]` + `encode(json.dumps(...))` + `[/TOOL_RESULTS]`
+//! (v2: `[{"name", "content"}]`, v3: `{"content", "call_id"}`, v7:
+//! `[TOOL_RESULTS]` + `encode(call_id)` + `[TOOL_CONTENT]` + `encode(content)` +
+//! `[/TOOL_RESULTS]`), with Python's `json` semantics ([`json`]). `continue_final_message`
+//! leaves out the final assistant turn's `</s>`.
+//!
 //! Control-token text in content is always encoded as text (mistral-common never parses it),
 //! so `sanitize_control_tokens` makes no difference on this route.
 
+pub mod json;
 pub mod request;
+pub mod schema;
 
 use std::path::{Path, PathBuf};
 
@@ -29,7 +42,29 @@ use crate::error::{Error, Result, TemplateError};
 use crate::message::Message;
 use crate::text::sentencepiece::SentencePieceBpe;
 use crate::text::tekken::Tekken;
-use request::{Request, Role};
+use json::PyJson;
+use request::{Request, RequestOptions, Role};
+
+/// What one encoding call asks of the route besides the messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options<'a> {
+    /// The conversation-level `tools` list (`[{"type": "function", "function": {...}}]`);
+    /// `None` (or JSON `null`) means no tools.
+    pub tools: Option<&'a serde_json::Value>,
+    /// Leave the final assistant message open (mistral-common's `continue_final_message=True`:
+    /// the message gets `prefix=True` and no `</s>`).
+    pub continue_final_message: bool,
+}
+
+/// The tool-use control tokens (v2 and later).
+#[derive(Debug, Clone, Copy)]
+struct ToolTokens {
+    available: (u32, u32),
+    results: (u32, u32),
+    calls: u32,
+    /// `[TOOL_CONTENT]` (v7).
+    content: Option<u32>,
+}
 
 /// The names of the mistral-common route's formats (see [`MistralCommon::name`]).
 pub const FORMAT_NAMES: &[&str] = &[
@@ -92,6 +127,8 @@ pub struct MistralCommon {
     inst: Option<(u32, u32)>,
     /// `[SYSTEM_PROMPT]`, `[/SYSTEM_PROMPT]` (v7).
     system: Option<(u32, u32)>,
+    /// The tool tokens, when the file has them all (mistral-common requires them from v2 on).
+    tools: Option<ToolTokens>,
     control_tokens: ControlTokens,
 }
 
@@ -201,6 +238,27 @@ impl MistralCommon {
         } else {
             None
         };
+        let tools = (|| -> Option<ToolTokens> {
+            if version == Version::V1 {
+                return None;
+            }
+            Some(ToolTokens {
+                available: (
+                    raw.special("[AVAILABLE_TOOLS]")?,
+                    raw.special("[/AVAILABLE_TOOLS]")?,
+                ),
+                results: (
+                    raw.special("[TOOL_RESULTS]")?,
+                    raw.special("[/TOOL_RESULTS]")?,
+                ),
+                calls: raw.special("[TOOL_CALLS]")?,
+                content: if version == Version::V7 {
+                    Some(raw.special("[TOOL_CONTENT]")?)
+                } else {
+                    None
+                },
+            })
+        })();
         let control_tokens = match &raw {
             RawTokenizer::SentencePiece(sp) => ControlTokens::new(
                 (0..sp.vocab_size() as u32)
@@ -224,6 +282,7 @@ impl MistralCommon {
             eos,
             inst,
             system,
+            tools,
             control_tokens,
         })
     }
@@ -269,13 +328,25 @@ impl MistralCommon {
     /// The units mistral-common encodes, in order: special ids and texts encoded on their own,
     /// with the message each comes from and whether it is in that message's body (after the
     /// role marker, through the token that ends the turn; v1 writes a user turn as one text,
-    /// `[INST]` included, so all of it counts as body).
-    fn units<'r>(&self, request: &'r Request) -> Vec<(Unit<'r>, Option<usize>, bool)> {
+    /// `[INST]` included, so all of it counts as body). An assistant turn is body throughout
+    /// (its text, `[TOOL_CALLS]` and the calls, `</s>`); a tool result's body follows
+    /// `[TOOL_RESULTS]`. The `[AVAILABLE_TOOLS]` block belongs to no message.
+    fn units<'r>(&self, request: &'r Request) -> Result<Vec<(Unit<'r>, Option<usize>, bool)>> {
         let mut units = vec![(Unit::Special(self.bos, "<s>"), None, false)];
         let first_user = request.messages.iter().position(|m| m.role == Role::User);
         let last_user = request.messages.iter().rposition(|m| m.role == Role::User);
+        let tool_tokens = || {
+            self.tools.ok_or_else(|| {
+                Error::Template(TemplateError::whole(format!(
+                    "{} has no tool tokens ([AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]...)",
+                    self.file.display()
+                )))
+            })
+        };
         for (k, m) in request.messages.iter().enumerate() {
             let origin = m.origin;
+            // v2 leaves out tool calls and results before the last user message.
+            let before_last_user = last_user.is_some_and(|l| k < l);
             match (m.role, self.version) {
                 (Role::User, Version::V1) => {
                     let content = match &request.system_prompt {
@@ -289,6 +360,21 @@ impl MistralCommon {
                     ));
                 }
                 (Role::User, _) => {
+                    if Some(k) == last_user && !request.tools.is_empty() {
+                        let t = tool_tokens()?;
+                        let tools = PyJson::List(request.tools.clone()).dumps();
+                        units.push((
+                            Unit::Special(t.available.0, "[AVAILABLE_TOOLS]"),
+                            None,
+                            false,
+                        ));
+                        units.push((Unit::Text(tools.into()), None, false));
+                        units.push((
+                            Unit::Special(t.available.1, "[/AVAILABLE_TOOLS]"),
+                            None,
+                            false,
+                        ));
+                    }
                     let (open, close) = self.inst.expect("v2+ resolves [INST]");
                     units.push((Unit::Special(open, "[INST]"), origin, false));
                     let content = match &request.system_prompt {
@@ -300,15 +386,74 @@ impl MistralCommon {
                 }
                 (Role::Assistant, Version::V1) => {
                     units.push((Unit::Text(m.content.as_str().into()), origin, true));
-                    units.push((Unit::Special(self.eos, "</s>"), origin, true));
+                    if !m.prefix {
+                        units.push((Unit::Special(self.eos, "</s>"), origin, true));
+                    }
                 }
-                (Role::Assistant, _) => {
-                    units.push((
-                        Unit::Text(m.content.trim_end_matches(' ').into()),
-                        origin,
-                        true,
-                    ));
-                    units.push((Unit::Special(self.eos, "</s>"), origin, true));
+                (Role::Assistant, version) => {
+                    if (m.tool_calls.is_empty() || version == Version::V7) && !m.content.is_empty()
+                    {
+                        units.push((
+                            Unit::Text(m.content.trim_end_matches(' ').into()),
+                            origin,
+                            true,
+                        ));
+                    }
+                    if !m.tool_calls.is_empty() {
+                        if version == Version::V2 && before_last_user {
+                            continue;
+                        }
+                        let t = tool_tokens()?;
+                        let calls = PyJson::List(
+                            m.tool_calls
+                                .iter()
+                                .map(|c| c.to_json(version != Version::V2))
+                                .collect(),
+                        );
+                        units.push((Unit::Special(t.calls, "[TOOL_CALLS]"), origin, true));
+                        units.push((Unit::Text(calls.dumps().into()), origin, true));
+                    }
+                    if !m.prefix {
+                        units.push((Unit::Special(self.eos, "</s>"), origin, true));
+                    }
+                }
+                (Role::Tool, Version::V1) => {
+                    unreachable!("the request rejects tool messages for v1")
+                }
+                (Role::Tool, version) => {
+                    if version == Version::V2 && before_last_user {
+                        continue;
+                    }
+                    let t = tool_tokens()?;
+                    units.push((Unit::Special(t.results.0, "[TOOL_RESULTS]"), origin, false));
+                    match version {
+                        Version::V7 => {
+                            let id = m.call_id.as_deref().unwrap_or_default();
+                            let content = t.content.expect("v7 resolves [TOOL_CONTENT]");
+                            units.push((Unit::Text(id.into()), origin, true));
+                            units.push((Unit::Special(content, "[TOOL_CONTENT]"), origin, true));
+                            units.push((Unit::Text(m.content.as_str().into()), origin, true));
+                        }
+                        _ => {
+                            let index = origin.unwrap_or_default();
+                            let content = request::parse_json_content(&m.content, index)?;
+                            let result = if version == Version::V2 {
+                                let name = m.name.clone().map_or(PyJson::Null, PyJson::Str);
+                                PyJson::List(vec![PyJson::Dict(vec![
+                                    ("name".into(), name),
+                                    ("content".into(), content),
+                                ])])
+                            } else {
+                                let id = m.call_id.clone().map_or(PyJson::Null, PyJson::Str);
+                                PyJson::Dict(vec![
+                                    ("content".into(), content),
+                                    ("call_id".into(), id),
+                                ])
+                            };
+                            units.push((Unit::Text(result.dumps().into()), origin, true));
+                        }
+                    }
+                    units.push((Unit::Special(t.results.1, "[/TOOL_RESULTS]"), origin, true));
                 }
                 (Role::System, _) => {
                     let (open, close) = self.system.expect("v7 resolves [SYSTEM_PROMPT]");
@@ -318,22 +463,34 @@ impl MistralCommon {
                 }
             }
         }
-        units
+        Ok(units)
     }
 
-    fn request(&self, messages: &[Message]) -> Result<Request, TemplateError> {
-        request::normalize(messages, self.version == Version::V7)
+    fn request(
+        &self,
+        messages: &[Message],
+        options: Options<'_>,
+    ) -> Result<Request, TemplateError> {
+        request::normalize(
+            messages,
+            RequestOptions {
+                version: self.version,
+                tools: options.tools,
+                continue_final_message: options.continue_final_message,
+            },
+        )
     }
 
     /// Encode `messages` exactly as mistral-common's `encode_chat_completion`.
     pub fn encode_into(
         &self,
         messages: &[Message],
+        options: Options<'_>,
         tracking: Tracking,
         out: &mut EncodedChat,
     ) -> Result<()> {
-        let request = self.request(messages)?;
-        for (unit, origin, body) in self.units(&request) {
+        let request = self.request(messages, options)?;
+        for (unit, origin, body) in self.units(&request)? {
             let before = out.ids.len();
             let is_text = matches!(unit, Unit::Text(_));
             match unit {
@@ -362,10 +519,10 @@ impl MistralCommon {
 
     /// What mistral-common encodes, as one string: special tokens as their text, each message
     /// text as given (each is encoded on its own, so this string is not re-tokenizable).
-    pub fn render(&self, messages: &[Message]) -> Result<String> {
-        let request = self.request(messages)?;
+    pub fn render(&self, messages: &[Message], options: Options<'_>) -> Result<String> {
+        let request = self.request(messages, options)?;
         Ok(self
-            .units(&request)
+            .units(&request)?
             .into_iter()
             .map(|(u, _, _)| match u {
                 Unit::Special(_, text) => text.to_string(),

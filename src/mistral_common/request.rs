@@ -163,14 +163,22 @@ fn text_of(message: &Message, i: usize) -> Result<Option<String>, TemplateError>
 }
 
 /// Python's `re.match(r"^[...]{n,m}$", s)`: `$` also matches before one final newline.
-fn matches_name(s: &str, allowed: impl Fn(char) -> bool, lengths: std::ops::RangeInclusive<usize>) -> bool {
+fn matches_name(
+    s: &str,
+    allowed: impl Fn(char) -> bool,
+    lengths: std::ops::RangeInclusive<usize>,
+) -> bool {
     let s = s.strip_suffix('\n').unwrap_or(s);
     lengths.contains(&s.chars().count()) && s.chars().all(allowed)
 }
 
 /// A function name: `^[a-zA-Z0-9_-]{1,64}$`.
 fn valid_function_name(s: &str) -> bool {
-    matches_name(s, |c| c.is_ascii_alphanumeric() || c == '_' || c == '-', 1..=64)
+    matches_name(
+        s,
+        |c| c.is_ascii_alphanumeric() || c == '_' || c == '-',
+        1..=64,
+    )
 }
 
 /// A tool call id: `^[a-zA-Z0-9]{9}$`.
@@ -186,7 +194,7 @@ fn function_name_error(name: &str) -> String {
 
 /// A JSON string as mistral-common normalizes tool arguments and (before v7) tool results:
 /// empty is `{}`, JSON is parsed, anything else stays a string.
-fn parse_json_content(s: &str, i: usize) -> Result<PyJson, TemplateError> {
+pub(super) fn parse_json_content(s: &str, i: usize) -> Result<PyJson, TemplateError> {
     if s.is_empty() {
         return Ok(PyJson::Dict(Vec::new()));
     }
@@ -200,7 +208,11 @@ fn parse_json_content(s: &str, i: usize) -> Result<PyJson, TemplateError> {
     }
 }
 
-fn raw_of(m: &Message, i: usize, what: &str) -> Result<&serde_json::Map<String, serde_json::Value>, TemplateError> {
+fn raw_of<'m>(
+    m: &'m Message,
+    i: usize,
+    what: &str,
+) -> Result<&'m serde_json::Map<String, serde_json::Value>, TemplateError> {
     m.raw.as_deref().ok_or_else(|| {
         TemplateError::at(
             i,
@@ -213,17 +225,28 @@ fn parse_calls(m: &Message, i: usize) -> Result<Option<Vec<Call>>, TemplateError
     match m.tool_calls {
         None => return Ok(None),
         Some(None) => {
-            return Err(TemplateError::at(i, "tool_calls must be a list (mistral-common)"))
+            return Err(TemplateError::at(
+                i,
+                "tool_calls must be a list (mistral-common)",
+            ))
         }
         Some(Some(_)) => {}
     }
     let raw = raw_of(m, i, "'tool_calls'")?;
     let Some(serde_json::Value::Array(calls)) = raw.get("tool_calls") else {
-        return Err(TemplateError::at(i, "tool_calls must be a list (mistral-common)"));
+        return Err(TemplateError::at(
+            i,
+            "tool_calls must be a list (mistral-common)",
+        ));
     };
     let mut out = Vec::with_capacity(calls.len());
     for (j, call) in calls.iter().enumerate() {
-        let bad = |what: &str| TemplateError::at(i, format!("tool call {j}: {what} (mistral-common's ToolCall)"));
+        let bad = |what: &str| {
+            TemplateError::at(
+                i,
+                format!("tool call {j}: {what} (mistral-common's ToolCall)"),
+            )
+        };
         let serde_json::Value::Object(call) = call else {
             return Err(bad("not a dict"));
         };
@@ -309,10 +332,18 @@ fn parse(m: &Message, i: usize) -> Result<Parsed, TemplateError> {
             parsed.name = match raw.get("name") {
                 None | Some(serde_json::Value::Null) => None,
                 Some(serde_json::Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err(TemplateError::at(i, "a tool message's 'name' must be a string")),
+                Some(_) => {
+                    return Err(TemplateError::at(
+                        i,
+                        "a tool message's 'name' must be a string",
+                    ))
+                }
             };
             if parsed.text.is_none() {
-                return Err(TemplateError::at(i, "a tool message needs 'content' (mistral-common)"));
+                return Err(TemplateError::at(
+                    i,
+                    "a tool message needs 'content' (mistral-common)",
+                ));
             }
         }
         // A message with `tool_calls` that is not an assistant's: mistral-common ignores the key
@@ -336,7 +367,8 @@ fn parse_tools(tools: Option<&serde_json::Value>) -> Result<Vec<PyJson>, Templat
     };
     let mut out = Vec::with_capacity(list.len());
     for (j, tool) in list.iter().enumerate() {
-        let bad = |what: String| TemplateError::whole(format!("tools[{j}]: {what} (mistral-common)"));
+        let bad =
+            |what: String| TemplateError::whole(format!("tools[{j}]: {what} (mistral-common)"));
         let Value::Object(tool) = tool else {
             return Err(bad("not a dict".into()));
         };
@@ -389,12 +421,13 @@ fn parse_tools(tools: Option<&serde_json::Value>) -> Result<Vec<PyJson>, Templat
 /// `encode_chat_completion(ChatCompletionRequest.from_openai(messages, tools,
 /// continue_final_message))` does, in `finetuning` mode when the conversation ends with an
 /// assistant turn that is not continued and `test` mode otherwise.
-pub fn normalize(messages: &[Message], options: RequestOptions<'_>) -> Result<Request, TemplateError> {
+pub fn normalize(
+    messages: &[Message],
+    options: RequestOptions<'_>,
+) -> Result<Request, TemplateError> {
     let version = options.version;
     let v7 = version == Version::V7;
-    if options.continue_final_message
-        && messages.last().is_none_or(|m| m.role != "assistant")
-    {
+    if options.continue_final_message && messages.last().is_none_or(|m| m.role != "assistant") {
         return Err(match messages.len() {
             0 => TemplateError::whole(CONTINUE_FINAL_MESSAGE_ERROR),
             n => TemplateError::at(n - 1, CONTINUE_FINAL_MESSAGE_ERROR),
@@ -442,7 +475,11 @@ pub fn normalize(messages: &[Message], options: RequestOptions<'_>) -> Result<Re
         match role {
             Role::System if v7 => {
                 for (k, p) in parsed.iter().enumerate().take(j).skip(i) {
-                    out.push(Normalized::new(role, p.text.clone().unwrap_or_default(), Some(k)));
+                    out.push(Normalized::new(
+                        role,
+                        p.text.clone().unwrap_or_default(),
+                        Some(k),
+                    ));
                 }
             }
             Role::System => {}
@@ -464,7 +501,8 @@ pub fn normalize(messages: &[Message], options: RequestOptions<'_>) -> Result<Re
                 for p in &parsed[i..j] {
                     n.tool_calls.extend(p.tool_calls.iter().flatten().cloned());
                 }
-                n.prefix = role == Role::Assistant && j == parsed.len() && options.continue_final_message;
+                n.prefix =
+                    role == Role::Assistant && j == parsed.len() && options.continue_final_message;
                 out.push(n);
             }
         }
@@ -500,7 +538,10 @@ pub fn normalize(messages: &[Message], options: RequestOptions<'_>) -> Result<Re
 
 /// v2 writes one tool result per assistant turn after the last user message.
 fn validate_v2_tool_results(messages: &[Normalized]) -> Result<(), TemplateError> {
-    let last_user = messages.iter().rposition(|m| m.role == Role::User).unwrap_or(0);
+    let last_user = messages
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .unwrap_or(0);
     let mut calls = false;
     let mut results = 0;
     for m in &messages[last_user..] {
@@ -601,7 +642,10 @@ fn validate(messages: &[Parsed], version: Version, finetuning: bool) -> Result<(
                 ))
             }
             Role::Tool if version == Version::V1 => {
-                return Err(TemplateError::at(k, "Tools not implemented for tokenizer V1 (mistral-common)"))
+                return Err(TemplateError::at(
+                    k,
+                    "Tools not implemented for tokenizer V1 (mistral-common)",
+                ))
             }
             Role::Tool => {
                 if let Some(name) = m.name.as_deref().filter(|n| !valid_function_name(n)) {
@@ -623,9 +667,12 @@ fn validate(messages: &[Parsed], version: Version, finetuning: bool) -> Result<(
             Role::Assistant => {
                 let calls = m.tool_calls.as_deref().unwrap_or_default();
                 if version == Version::V1 && !calls.is_empty() {
-                    return Err(TemplateError::at(k, "Tools not implemented for tokenizer V1 (mistral-common)"));
+                    return Err(TemplateError::at(
+                        k,
+                        "Tools not implemented for tokenizer V1 (mistral-common)",
+                    ));
                 }
-                if version != Version::V7 && m.has_content == !calls.is_empty() {
+                if version != Version::V7 && m.has_content != calls.is_empty() {
                     return Err(TemplateError::at(
                         k,
                         "Assistant message must have either content or tool_calls, but not both. (mistral-common)",
@@ -736,7 +783,10 @@ mod tests {
     #[test]
     fn inserts_an_empty_user_turn_where_needed() {
         let r = norm(&[m("system", "S"), m("assistant", "hi")], false).unwrap();
-        assert_eq!(r.messages[0], Normalized::new(Role::User, String::new(), None));
+        assert_eq!(
+            r.messages[0],
+            Normalized::new(Role::User, String::new(), None)
+        );
         let v7 = norm(&[m("system", "S"), m("assistant", "hi")], true).unwrap();
         assert_eq!(v7.messages[0].role, Role::System);
     }
@@ -747,7 +797,12 @@ mod tests {
         // test mode accepts a trailing system message (v3 puts it in the last user turn)
         assert!(norm(&[m("user", "q"), m("system", "s")], false).is_ok());
         assert!(norm(
-            &[m("user", "q"), m("assistant", "a"), m("system", "s"), m("user", "q")],
+            &[
+                m("user", "q"),
+                m("assistant", "a"),
+                m("system", "s"),
+                m("user", "q")
+            ],
             false
         )
         .is_err());
@@ -768,30 +823,74 @@ mod tests {
         let a = &r.messages[1];
         assert_eq!(a.role, Role::Assistant);
         assert_eq!(a.content, "");
-        assert_eq!(a.tool_calls[0].to_json(true).dumps(),
-            r#"{"name": "get", "arguments": {"x": 1.5, "y": "é"}, "id": "abcDEF123"}"#);
-        assert_eq!(a.tool_calls[0].to_json(false).dumps(), r#"{"name": "get", "arguments": {"x": 1.5, "y": "é"}}"#);
+        assert_eq!(
+            a.tool_calls[0].to_json(true).dumps(),
+            r#"{"name": "get", "arguments": {"x": 1.5, "y": "é"}, "id": "abcDEF123"}"#
+        );
+        assert_eq!(
+            a.tool_calls[0].to_json(false).dumps(),
+            r#"{"name": "get", "arguments": {"x": 1.5, "y": "é"}}"#
+        );
         let t = &r.messages[2];
-        assert_eq!((t.role, t.call_id.as_deref(), t.origin), (Role::Tool, Some("abcDEF123"), Some(2)));
+        assert_eq!(
+            (t.role, t.call_id.as_deref(), t.origin),
+            (Role::Tool, Some("abcDEF123"), Some(2))
+        );
         // arguments that are not JSON stay a string; empty ones are {}
-        let r = norm(&[m("user", "q"), call("abcDEF123", json!("not json")), result("abcDEF123", "")], false).unwrap();
-        assert_eq!(r.messages[1].tool_calls[0].arguments, PyJson::Str("not json".into()));
-        let r = norm(&[m("user", "q"), call("abcDEF123", json!("")), result("abcDEF123", "")], false).unwrap();
+        let r = norm(
+            &[
+                m("user", "q"),
+                call("abcDEF123", json!("not json")),
+                result("abcDEF123", ""),
+            ],
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            r.messages[1].tool_calls[0].arguments,
+            PyJson::Str("not json".into())
+        );
+        let r = norm(
+            &[
+                m("user", "q"),
+                call("abcDEF123", json!("")),
+                result("abcDEF123", ""),
+            ],
+            false,
+        )
+        .unwrap();
         assert_eq!(r.messages[1].tool_calls[0].arguments, PyJson::Dict(vec![]));
     }
 
     #[test]
     fn call_ids_are_checked_from_v3() {
-        let bad_id = [m("user", "q"), call("short", json!({})), result("short", "x")];
+        let bad_id = [
+            m("user", "q"),
+            call("short", json!({})),
+            result("short", "x"),
+        ];
         assert!(norm(&bad_id, false).is_err());
-        assert!(normalize(&bad_id, opts(Version::V2)).is_ok(), "v2 writes no ids");
-        let bad_result = [m("user", "q"), call("abcDEF123", json!({})), result("abc", "x")];
+        assert!(
+            normalize(&bad_id, opts(Version::V2)).is_ok(),
+            "v2 writes no ids"
+        );
+        let bad_result = [
+            m("user", "q"),
+            call("abcDEF123", json!({})),
+            result("abc", "x"),
+        ];
         assert!(norm(&bad_result, true).is_err());
         // Python's `$` matches before a final newline
-        let newline = [m("user", "q"), call("abcDEF123\n", json!({})), result("abcDEF123\n", "x")];
+        let newline = [
+            m("user", "q"),
+            call("abcDEF123\n", json!({})),
+            result("abcDEF123\n", "x"),
+        ];
         assert!(norm(&newline, false).is_ok());
         // "null" (no id) only for the last assistant message in finetuning mode
-        let no_id = raw(json!({"role": "assistant", "tool_calls": [{"function": {"name": "get", "arguments": "{}"}}]}));
+        let no_id = raw(
+            json!({"role": "assistant", "tool_calls": [{"function": {"name": "get", "arguments": "{}"}}]}),
+        );
         assert!(norm(&[m("user", "q"), no_id.clone()], false).is_ok());
         assert!(norm(&[m("user", "q"), no_id, result("abcDEF123", "x")], false).is_err());
     }
@@ -799,10 +898,19 @@ mod tests {
     #[test]
     fn tool_results_must_follow_calls() {
         // a result with no call before the next assistant message
-        let orphan = [m("user", "q"), m("assistant", "a"), result("abcDEF123", "x"), m("assistant", "b")];
+        let orphan = [
+            m("user", "q"),
+            m("assistant", "a"),
+            result("abcDEF123", "x"),
+            m("assistant", "b"),
+        ];
         assert!(norm(&orphan, false).is_err());
         // a missing result before the next assistant message
-        let missing = [m("user", "q"), call("abcDEF123", json!({})), m("assistant", "b")];
+        let missing = [
+            m("user", "q"),
+            call("abcDEF123", json!({})),
+            m("assistant", "b"),
+        ];
         assert!(norm(&missing, false).is_err());
         // tool after user is out of order
         assert!(norm(&[m("user", "q"), result("abcDEF123", "x")], false).is_err());
@@ -813,7 +921,11 @@ mod tests {
         assert!(norm(&conv, false).is_err());
         assert!(norm(&conv, true).is_ok());
         // v1 has no tools
-        let conv = [m("user", "q"), call("abcDEF123", json!({})), result("abcDEF123", "x")];
+        let conv = [
+            m("user", "q"),
+            call("abcDEF123", json!({})),
+            result("abcDEF123", "x"),
+        ];
         assert!(normalize(&conv, opts(Version::V1)).is_err());
     }
 
@@ -822,7 +934,12 @@ mod tests {
         let two = raw(json!({"role": "assistant", "tool_calls": [
             {"id": "abcDEF123", "function": {"name": "get", "arguments": {}}},
             {"id": "abcDEF124", "function": {"name": "get", "arguments": {}}}]}));
-        let conv = [m("user", "q"), two, result("abcDEF123", "x"), result("abcDEF124", "y")];
+        let conv = [
+            m("user", "q"),
+            two,
+            result("abcDEF123", "x"),
+            result("abcDEF124", "y"),
+        ];
         assert!(normalize(&conv, opts(Version::V2)).is_err());
         assert!(normalize(&conv, opts(Version::V3)).is_ok());
     }
@@ -830,20 +947,57 @@ mod tests {
     #[test]
     fn tools_are_dumped_in_mistral_commons_order_and_checked() {
         let tools = json!([{"function": {"parameters": {"type": "object"}, "name": "f", "strict": true}, "type": "function"}]);
-        let r = normalize(&[m("user", "q")], RequestOptions { tools: Some(&tools), ..opts(Version::V3) }).unwrap();
-        assert_eq!(r.tools[0].dumps(),
-            r#"{"type": "function", "function": {"name": "f", "description": "", "parameters": {"type": "object"}}}"#);
+        let r = normalize(
+            &[m("user", "q")],
+            RequestOptions {
+                tools: Some(&tools),
+                ..opts(Version::V3)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            r.tools[0].dumps(),
+            r#"{"type": "function", "function": {"name": "f", "description": "", "parameters": {"type": "object"}}}"#
+        );
         let bad = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "dict"}}}]);
-        assert!(normalize(&[m("user", "q")], RequestOptions { tools: Some(&bad), ..opts(Version::V3) }).is_err());
+        assert!(normalize(
+            &[m("user", "q")],
+            RequestOptions {
+                tools: Some(&bad),
+                ..opts(Version::V3)
+            }
+        )
+        .is_err());
         let bad = json!([{"type": "function", "function": {"name": "f g"}}]);
-        assert!(normalize(&[m("user", "q")], RequestOptions { tools: Some(&bad), ..opts(Version::V3) }).is_err());
-        assert!(normalize(&[m("user", "q")], RequestOptions { tools: Some(&tools), ..opts(Version::V1) }).is_err());
+        assert!(normalize(
+            &[m("user", "q")],
+            RequestOptions {
+                tools: Some(&bad),
+                ..opts(Version::V3)
+            }
+        )
+        .is_err());
+        assert!(normalize(
+            &[m("user", "q")],
+            RequestOptions {
+                tools: Some(&tools),
+                ..opts(Version::V1)
+            }
+        )
+        .is_err());
     }
 
     #[test]
     fn continue_final_message_leaves_the_last_assistant_turn_open() {
-        let o = RequestOptions { continue_final_message: true, ..opts(Version::V3) };
-        let r = normalize(&[m("user", "q"), m("assistant", "a"), m("assistant", "b")], o).unwrap();
+        let o = RequestOptions {
+            continue_final_message: true,
+            ..opts(Version::V3)
+        };
+        let r = normalize(
+            &[m("user", "q"), m("assistant", "a"), m("assistant", "b")],
+            o,
+        )
+        .unwrap();
         assert!(r.messages[1].prefix);
         assert_eq!(r.messages[1].content, "a\n\nb");
         let e = normalize(&[m("user", "q")], o).unwrap_err();

@@ -55,7 +55,9 @@ fn is_number(v: &Value) -> bool {
 /// jsonschema's `integer`: an int, or a float with an integral value.
 fn is_integer(v: &Value) -> bool {
     match v {
-        Value::Number(n) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        Value::Number(n) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         _ => false,
     }
 }
@@ -116,7 +118,10 @@ fn check(schema: &Value, path: &str) -> Result<(), String> {
             };
             for (name, sub) in items {
                 if k == "patternProperties" && !is_regex(name) {
-                    return fail(&here, format!("{name:?} is not a 'regex' chatids can verify"));
+                    return fail(
+                        &here,
+                        format!("{name:?} is not a 'regex' chatids can verify"),
+                    );
                 }
                 check(sub, &format!("{here}/{name}"))?;
             }
@@ -152,8 +157,13 @@ fn check(schema: &Value, path: &str) -> Result<(), String> {
                     };
                     for (name, sub) in items {
                         let sub_path = format!("{here}/{name}");
-                        if check(sub, &sub_path).is_err() && check_string_array(sub, &sub_path).is_err() {
-                            return fail(&sub_path, format!("{sub} is not a schema or an array of unique strings"));
+                        if check(sub, &sub_path).is_err()
+                            && check_string_array(sub, &sub_path).is_err()
+                        {
+                            return fail(
+                                &sub_path,
+                                format!("{sub} is not a schema or an array of unique strings"),
+                            );
                         }
                     }
                 }
@@ -162,13 +172,18 @@ fn check(schema: &Value, path: &str) -> Result<(), String> {
                         Value::String(t) => SIMPLE_TYPES.contains(&t.as_str()),
                         Value::Array(ts) => {
                             !ts.is_empty()
-                                && ts.iter().all(|t| t.as_str().is_some_and(|t| SIMPLE_TYPES.contains(&t)))
+                                && ts
+                                    .iter()
+                                    .all(|t| t.as_str().is_some_and(|t| SIMPLE_TYPES.contains(&t)))
                                 && unique_strings(ts)
                         }
                         _ => false,
                     };
                     if !ok {
-                        return fail(&here, format!("{v} is not valid under any of the given schemas"));
+                        return fail(
+                            &here,
+                            format!("{v} is not valid under any of the given schemas"),
+                        );
                     }
                 }
                 _ => {}
@@ -193,7 +208,9 @@ fn check_schema_array(v: &Value, path: &str) -> Result<(), String> {
 
 fn check_string_array(v: &Value, path: &str) -> Result<(), String> {
     match v {
-        Value::Array(items) if items.iter().all(Value::is_string) && unique_strings(items) => Ok(()),
+        Value::Array(items) if items.iter().all(Value::is_string) && unique_strings(items) => {
+            Ok(())
+        }
         _ => fail(path, format!("{v} is not an array of unique strings")),
     }
 }

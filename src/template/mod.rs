@@ -25,7 +25,7 @@ mod methods;
 mod ops;
 mod parser;
 mod predicates;
-mod pyvalue;
+pub(crate) mod pyvalue;
 mod scope;
 mod strftime;
 mod unicode;
