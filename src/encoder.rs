@@ -20,6 +20,7 @@ use crate::pieces::Pieces;
 use crate::policies;
 use crate::prefill;
 use crate::probes::{self, ProbeReport};
+use crate::session::TokenSplitter;
 use crate::template::{ChatTemplate, DateTime};
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
 use crate::tools;
@@ -164,6 +165,8 @@ struct TemplateRoute {
     /// Tool conversations go to the checkpoint's template on the generic path (see
     /// [`crate::tools`]): the native format was verified against that template, which compiles.
     tools_via_template: bool,
+    /// Where a session may resume encoding inside template text.
+    token_splitter: TokenSplitter,
 }
 
 enum Backend {
@@ -412,6 +415,7 @@ impl Encoder {
         let tools_via_template =
             verified && matches!(renderer, Renderer::Native(_)) && compiled.is_ok();
         let route = TemplateRoute {
+            token_splitter: TokenSplitter::new(&checkpoint.added_tokens),
             tools_via_template,
             renderer,
             jinja: compiled.ok(),
@@ -688,9 +692,7 @@ impl Encoder {
                          checkpoint's template renders as it is",
                     ));
                 }
-                let pieces = Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)?;
-                tools::check_system_messages_kept(messages, &pieces.render())?;
-                Ok(pieces)
+                Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
             }
             Renderer::Native(format) => {
                 let request = RenderRequest {
@@ -736,12 +738,14 @@ impl Encoder {
             kwargs: &options.kwargs,
             now: options.now,
         };
-        jinja.pieces(
+        let pieces = jinja.pieces(
             messages,
             &request,
             sanitize.then_some(&t.control_tokens),
             provenance,
-        )
+        )?;
+        tools::check_nothing_dropped(messages, &pieces)?;
+        Ok(pieces)
     }
 
     /// Apply the input policies of `options`, render with the native format, and hand the
@@ -927,7 +931,7 @@ impl Encoder {
         messages: &[Message],
         options: &EncodeOptions,
         provenance: bool,
-        f: impl FnOnce(&Pieces<'_>, &PieceEncoder<'_>) -> Result<R>,
+        f: impl FnOnce(&Pieces<'_>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
     ) -> Result<Option<R>> {
         let Backend::Template(t) = &self.backend else {
             return Ok(None);
@@ -943,7 +947,7 @@ impl Encoder {
             options,
             options.sanitize_control_tokens,
             provenance,
-            |pieces| f(pieces, &encoder),
+            |pieces| f(pieces, &encoder, &t.token_splitter),
         )
         .map(Some)
     }

@@ -294,6 +294,10 @@ fn mark_str(text: &str, control: &ControlTokens) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     let mut cursor = 0;
     let wrap_markers = |out: &mut String, s: &str| {
+        if !s.contains([MARK_START, MARK_END]) {
+            out.push_str(s);
+            return;
+        }
         for c in s.chars() {
             if c == MARK_START || c == MARK_END {
                 out.push(MARK_START);

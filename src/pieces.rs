@@ -47,6 +47,18 @@ pub struct Piece<'a> {
     pub body: bool,
 }
 
+impl<'a> Piece<'a> {
+    /// The piece with an empty text (to copy its kind, message and body flag).
+    pub fn clone_shallow(&self) -> Piece<'a> {
+        Piece {
+            kind: self.kind,
+            text: Cow::Borrowed(""),
+            message: self.message,
+            body: self.body,
+        }
+    }
+}
+
 /// A group of consecutive pieces that the encoder handles together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segment<'p, 'a> {

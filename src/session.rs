@@ -18,11 +18,14 @@
 //! conversation on each append (same results and checks, no speed-up) and do not take
 //! completion ids.
 
+use std::borrow::Cow;
+
+use crate::control_tokens::{AddedTokenInfo, ControlTokens};
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Result, TemplateError};
 use crate::message::Message;
-use crate::pieces::{Piece, PieceKind, Pieces};
+use crate::pieces::{Piece, PieceKind};
 
 /// What an append does when the template changes ids the session already holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,6 +75,84 @@ impl From<PieceKind> for Kind {
             PieceKind::TemplateText => Kind::TemplateText,
             PieceKind::Content => Kind::Content,
         }
+    }
+}
+
+/// Finds the special tokens inside template text that are hard boundaries for the
+/// checkpoint's tokenizer, so a session can resume encoding right after them (the generic path
+/// renders one text piece with the tokens inside; native formats emit most tokens as pieces).
+///
+/// It matches every added token the tokenizer matches in raw text (leftmost-longest, as the
+/// `tokenizers` crate does), and splits only at special ones that take no whitespace from
+/// their neighbours (no `lstrip`/`rstrip`/`single_word`): after such a token the tokenizer
+/// encodes the rest of the text on its own.
+#[derive(Debug, Clone)]
+pub struct TokenSplitter {
+    matcher: ControlTokens,
+    boundaries: Vec<u32>,
+}
+
+impl TokenSplitter {
+    /// The splitter of a tokenizer with these added tokens.
+    pub fn new(added: &[AddedTokenInfo]) -> Self {
+        let raw: Vec<&AddedTokenInfo> = added
+            .iter()
+            .filter(|t| !t.normalized || t.special)
+            .collect();
+        let mut boundaries: Vec<u32> = raw
+            .iter()
+            .filter(|t| t.special && !t.lstrip && !t.rstrip && !t.single_word)
+            .map(|t| t.id)
+            .collect();
+        boundaries.sort_unstable();
+        TokenSplitter {
+            matcher: ControlTokens::new(raw.iter().map(|t| (t.content.clone(), t.id)).collect()),
+            boundaries,
+        }
+    }
+
+    /// `pieces` with each boundary token inside template text made a token piece of its own.
+    pub fn split<'a>(&self, pieces: &[Piece<'a>]) -> Vec<Piece<'a>> {
+        let mut out = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            if piece.kind != PieceKind::TemplateText {
+                out.push(piece.clone());
+                continue;
+            }
+            let mut cursor = 0;
+            let part = |range: std::ops::Range<usize>| -> Cow<'a, str> {
+                match &piece.text {
+                    Cow::Borrowed(s) => Cow::Borrowed(&s[range]),
+                    Cow::Owned(s) => Cow::Owned(s[range].to_string()),
+                }
+            };
+            for hit in self.matcher.find_iter(&piece.text) {
+                if self.boundaries.binary_search(&hit.id).is_err() {
+                    continue;
+                }
+                if cursor < hit.start {
+                    out.push(Piece {
+                        text: part(cursor..hit.start),
+                        ..piece.clone_shallow()
+                    });
+                }
+                out.push(Piece {
+                    kind: PieceKind::Token(hit.id),
+                    text: part(hit.start..hit.end),
+                    ..piece.clone_shallow()
+                });
+                cursor = hit.end;
+            }
+            if cursor == 0 {
+                out.push(piece.clone());
+            } else if cursor < piece.text.len() {
+                out.push(Piece {
+                    text: part(cursor..piece.text.len()),
+                    ..piece.clone_shallow()
+                });
+            }
+        }
+        out
     }
 }
 
@@ -149,8 +230,7 @@ fn encode_tail(
 }
 
 /// The layout of `pieces` with the boundaries of `previous` up to piece `shared`.
-fn layout_of(pieces: &Pieces<'_>, previous: &Layout, shared: usize) -> Layout {
-    let slice = pieces.as_slice();
+fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
     let mut text = String::with_capacity(slice.iter().map(|p| p.text.len()).sum());
     let mut kinds = Vec::with_capacity(slice.len());
     for p in slice {
@@ -217,13 +297,15 @@ impl Session {
             add_generation_prompt: agp,
             ..self.options.clone()
         };
-        let planned = encoder.with_rendered_pieces(messages, &options, false, |pieces, pe| {
-            let shared = self.layout.shared_pieces(pieces.as_slice());
-            let (from, keep) = self.layout.boundary_within(shared);
-            let mut layout = layout_of(pieces, &self.layout, from);
-            let tail = encode_tail(pe, pieces.as_slice(), from, keep, &mut layout)?;
-            Ok(Plan { keep, tail, layout })
-        })?;
+        let planned =
+            encoder.with_rendered_pieces(messages, &options, false, |pieces, pe, splitter| {
+                let pieces = splitter.split(pieces.as_slice());
+                let shared = self.layout.shared_pieces(&pieces);
+                let (from, keep) = self.layout.boundary_within(shared);
+                let mut layout = layout_of(&pieces, &self.layout, from);
+                let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
+                Ok(Plan { keep, tail, layout })
+            })?;
         match planned {
             Some(plan) => Ok(plan),
             None => {
@@ -328,8 +410,9 @@ impl Session {
         let last = completion.last().copied();
         let ends_with_stop = last.is_some_and(|id| stops.contains(&id));
         let prompt_layout = &prompt.layout;
-        let planned = encoder.with_rendered_pieces(&messages, &self.options, false, |pieces, pe| {
-            let slice = pieces.as_slice();
+        let planned = encoder.with_rendered_pieces(&messages, &self.options, false, |pieces, pe, splitter| {
+            let split = splitter.split(pieces.as_slice());
+            let slice = split.as_slice();
             // The render with the turn shares the prompt's pieces up to the turn's text at
             // least; the turn ends at its first end-of-turn token after that.
             let shared = prompt_layout.shared_pieces(slice).min(prompt_pieces);
@@ -358,7 +441,7 @@ impl Session {
                 };
                 ids.push(id);
             }
-            let mut layout = layout_of(pieces, prompt_layout, from);
+            let mut layout = layout_of(slice, prompt_layout, from);
             layout.boundaries.push((end + 1, ids.len()));
             let after = encode_tail(pe, slice, end + 1, ids.len(), &mut layout)?;
             ids.extend(after);
@@ -403,7 +486,7 @@ pub fn append_rewrites(encoder: &Encoder) -> Option<&'static [&'static str]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pieces::TemplateToken;
+    use crate::pieces::{Pieces, TemplateToken};
 
     #[test]
     fn layouts_share_pieces_by_kind_and_text() {
@@ -420,7 +503,7 @@ mod tests {
             boundaries: vec![(0, 0)],
             ..Layout::default()
         };
-        let layout = layout_of(&a, &base, 0);
+        let layout = layout_of(a.as_slice(), &base, 0);
         assert_eq!(layout.text, "user: hi<eot>\n");
         let mut b = Pieces::new();
         b.text("user: ");
@@ -439,6 +522,53 @@ mod tests {
         };
         assert_eq!(with_boundary.boundary_within(4), (3, 4));
         assert_eq!(with_boundary.boundary_within(2), (0, 0));
+    }
+
+    /// With the shared checkpoints (`CHATIDS_MODELS_DIR`), appending equals a full encode, on
+    /// a native format and on the generic path, and completion ids are kept.
+    #[test]
+    fn appending_equals_a_full_encode_on_real_checkpoints() {
+        let Some(base) = std::env::var_os("CHATIDS_MODELS_DIR") else {
+            return;
+        };
+        let messages = vec![
+            Message::new("system", "Be brief."),
+            Message::new("user", "Hi <|im_end|> there"),
+            Message::new("assistant", "Hello!"),
+            Message::new("user", "Bye\n"),
+        ];
+        for dir in ["qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "gpt-oss-120b"] {
+            let path = std::path::Path::new(&base).join(dir);
+            if !path.is_dir() {
+                continue;
+            }
+            let enc = Encoder::from_dir(&path, None).unwrap();
+            let options = EncodeOptions {
+                now: Some(crate::probes::PROBE_NOW),
+                ..Default::default()
+            };
+            let full = enc.encode(&messages, &options).unwrap();
+            let mut session = Session::new(options.clone(), OnRewrite::Error);
+            session.append(&enc, messages[..2].to_vec()).unwrap();
+            let prompt = session.generation_prompt(&enc).unwrap();
+            let with_prompt = EncodeOptions {
+                add_generation_prompt: true,
+                ..options.clone()
+            };
+            assert_eq!(prompt, enc.encode(&messages[..2], &with_prompt).unwrap(), "{dir}");
+            let appended = session.append(&enc, messages[2..].to_vec()).unwrap();
+            assert_eq!(session.ids(), full.as_slice(), "{dir}");
+            assert!(appended.start <= full.len());
+            // The model's ids are kept verbatim after the generation prompt.
+            let mut session = Session::new(options.clone(), OnRewrite::Error);
+            session.append(&enc, messages[..2].to_vec()).unwrap();
+            let prompt = session.generation_prompt(&enc).unwrap();
+            let sampled = [11u32, 12, 13];
+            session
+                .append_completion(&enc, &sampled, messages[2].clone())
+                .unwrap();
+            assert_eq!(&session.ids()[prompt.len()..prompt.len() + 3], &sampled, "{dir}");
+        }
     }
 
     #[test]

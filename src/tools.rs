@@ -10,9 +10,12 @@
 //! results), and the generic path reproduces `apply_chat_template` exactly, tool results and
 //! arguments sanitized like any content. The mistral-common route encodes tools itself.
 
+use serde_json::Value;
+
 use crate::error::TemplateError;
 use crate::formats::TemplateArgs;
 use crate::message::{Message, TemplateValue};
+use crate::pieces::Pieces;
 
 /// Template arguments that carry tool or retrieval definitions.
 pub const TOOL_ARGUMENTS: &[&str] = &[
@@ -39,26 +42,56 @@ pub fn uses_tools(messages: &[Message], kwargs: &TemplateArgs) -> bool {
             .any(|name| kwargs.get(*name).is_some_and(|v| *v != TemplateValue::None))
 }
 
-/// Refuse a system message the template left out of `rendered` (Mistral v3 and Nemo write
-/// the system prompt only when the conversation ends with a user turn): the native formats
-/// refuse that drop, and tool conversations, which the template renders, keep the rule.
-pub fn check_system_messages_kept(
+/// Refuse what a template silently leaves out of the prompt, which native formats refuse
+/// too: a system message (Mistral v3 and Nemo write it only when the conversation ends with
+/// a user turn), and an assistant message's tool calls (DeepSeek V3 writes them only when
+/// `content` is absent). A tool call counts as written when its function name is in the
+/// prompt.
+pub fn check_nothing_dropped(
     messages: &[Message],
-    rendered: &str,
+    pieces: &Pieces<'_>,
 ) -> Result<(), TemplateError> {
+    let needs_check = messages
+        .iter()
+        .any(|m| m.role == "system" || m.tool_calls.is_some());
+    if !needs_check {
+        return Ok(());
+    }
+    let rendered = pieces.render();
     for (i, message) in messages.iter().enumerate() {
-        if message.role != "system" {
-            continue;
+        if message.role == "system" {
+            let text = message.text().map(crate::pystr::strip).unwrap_or_default();
+            if !text.is_empty() && !rendered.contains(text) {
+                return Err(TemplateError::at(
+                    i,
+                    "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
+                ));
+            }
         }
-        let text = message.text().map(crate::pystr::strip).unwrap_or_default();
-        if !text.is_empty() && !rendered.contains(text) {
+        if let Some(name) = call_names(message).find(|n| !rendered.contains(n)) {
             return Err(TemplateError::at(
                 i,
-                "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
+                format!(
+                    "the checkpoint's template drops this message's tool call {name:?} here (chatids refuses to drop \
+                     it silently)"
+                ),
             ));
         }
     }
     Ok(())
+}
+
+/// The function names of a message's tool calls (OpenAI's `{"function": {"name": ...}}` or a
+/// flat `{"name": ...}`), from the caller's dict.
+fn call_names(message: &Message) -> impl Iterator<Item = &str> {
+    let calls = match message.raw.as_deref().and_then(|raw| raw.get("tool_calls")) {
+        Some(Value::Array(list)) => list.as_slice(),
+        _ => &[],
+    };
+    calls.iter().filter_map(|call| {
+        let function = call.get("function").unwrap_or(call);
+        function.get("name")?.as_str().filter(|n| !n.is_empty())
+    })
 }
 
 /// Token texts that end a turn *because the model called a tool*, where a format tells them

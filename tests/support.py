@@ -297,6 +297,7 @@ POLICY_PATTERNS = [
         r"a system message needs a user message (after it|to be folded into)",
         r"the template writes the system message into the last user turn only when the conversation ends with it",
         r"the checkpoint's template drops this system message here",
+        r"the checkpoint's template drops this message's tool call",
         r"content part \d+ has type .* which the gemma-3 template drops silently",
         r"the gemma-3 template keeps only the first part of a system message",
         r"the message has no 'content'",

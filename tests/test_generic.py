@@ -141,7 +141,13 @@ def _check_against_transformers(enc: chatids.Encoder, tok: Any, template: str, c
                 with pytest.raises(chatids.ChatTemplateError):
                     enc.render(messages, agp, now=NOW)
                 continue
-            assert enc.render(messages, agp, now=NOW) == ref_text
+            try:
+                text = enc.render(messages, agp, now=NOW)
+            except chatids.ChatTemplateError as e:
+                # Only a documented refusal: the template drops input (tool calls, a system message).
+                assert any(p.search(str(e)) for p in support.POLICY_PATTERNS), str(e)
+                continue
+            assert text == ref_text
             for sanitize in (False, True):
                 ref = tok.apply_chat_template(
                     messages,

@@ -576,28 +576,44 @@ pub struct JsonOptions {
 }
 
 fn json_str(s: &str, ascii: bool, out: &mut String) {
+    // Python's json.dumps escapes: `\\`, `"`, control characters, and with ensure_ascii
+    // everything outside ' '..='~'. Plain stretches are copied whole.
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+    let bytes = s.as_bytes();
+    let (mut start, mut i) = (0, 0);
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b >= 0x20 && b != b'"' && b != b'\\' && (!ascii || b <= b'~') {
+            i += 1;
+            continue;
+        }
+        out.push_str(&s[start..i]);
+        if b >= 0x7f {
+            let c = s[i..].chars().next().expect("a char starts here");
+            let mut buf = [0u16; 2];
+            for unit in c.encode_utf16(&mut buf) {
+                let _ = write!(out, "\\u{unit:04x}");
             }
-            c if ascii && !(' '..='~').contains(&c) => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    let _ = write!(out, "\\u{unit:04x}");
+            i += c.len_utf8();
+        } else {
+            match b {
+                b'"' => out.push_str("\\\""),
+                b'\\' => out.push_str("\\\\"),
+                b'\n' => out.push_str("\\n"),
+                b'\r' => out.push_str("\\r"),
+                b'\t' => out.push_str("\\t"),
+                0x08 => out.push_str("\\b"),
+                0x0c => out.push_str("\\f"),
+                _ => {
+                    let _ = write!(out, "\\u{:04x}", b);
                 }
             }
-            c => out.push(c),
+            i += 1;
         }
+        start = i;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
