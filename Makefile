@@ -11,7 +11,7 @@ RESULTS := target/results
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-cli clean
+.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-cli bench-serving clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -59,6 +59,13 @@ conformance-generic: develop
 bench-cli: develop
 	mkdir -p $(RESULTS)
 	$(PY) -m pytest benches/test_bench_cli.py -q -s --benchmark-json=$(RESULTS)/bench-cli.json
+
+## Serving: a 20-step agent loop with tools (session vs re-encoding vs transformers) and the p50/p99
+## latency of one prompt; writes the Serving section of BENCHMARKS.md (about 90 s).
+bench-serving: develop
+	mkdir -p $(RESULTS)
+	$(PY) -m pytest benches/test_bench_serving.py -q --benchmark-json=$(RESULTS)/bench-serving.json
+	$(PY) benches/report.py $(RESULTS)/bench-serving.json --update BENCHMARKS.md
 
 ## Full benchmarks; writes the ratios into BENCHMARKS.md.
 bench: develop

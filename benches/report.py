@@ -4,6 +4,12 @@ Usage: python benches/report.py bench.json [more.json ...] [--update BENCHMARKS.
 
 Within each group, every benchmark's median is divided by chatids' median: "2.10x" means the
 other side takes 2.10 times as long as chatids.
+
+The ``serving-*`` groups (benches/test_bench_serving.py) make their own section, written between
+the serving markers: the agent loop per model (each way's median for the whole loop, against
+the chatids session and against one full encode of the final conversation) and a latency table
+(p50/p99 of single calls, from ``extra_info``). ``--update`` replaces only the blocks whose
+benchmarks the JSON files hold, so ``make bench-serving`` leaves the other tables alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import re
 from collections import defaultdict
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+SERVING_BEGIN, SERVING_END = "<!-- serving:begin -->", "<!-- serving:end -->"
+SERVING = "serving-"
 
 LABELS = {
     "test_single_chatids": "chatids `Encoder.encode`",
@@ -46,17 +54,21 @@ NOTES = {
 }
 
 
-def tables(data: dict) -> str:
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for b in data["benchmarks"]:
-        groups[b["group"]].append(b)
-    lines = []
+def _run_line(data: dict, benchmarks: list[dict]) -> str:
     machine = data.get("machine_info", {})
-    lines.append(
+    return (
         f"Run {data.get('datetime', '?')[:19]} on {machine.get('cpu', {}).get('count', '?')} cores, "
         f"Python {machine.get('python_version', platform.python_version())}; medians of "
-        f"{min(b['stats']['rounds'] for b in data['benchmarks'])}+ rounds."
+        f"{min(b['stats']['rounds'] for b in benchmarks)}+ rounds."
     )
+
+
+def tables(data: dict) -> str:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    benchmarks = [b for b in data["benchmarks"] if not b["group"].startswith(SERVING)]
+    for b in benchmarks:
+        groups[b["group"]].append(b)
+    lines = [_run_line(data, benchmarks)]
     for group in sorted(groups):
         rows = groups[group]
         ours = next(b for b in rows if b["name"].split("[")[0].endswith("chatids"))
@@ -81,6 +93,105 @@ def tables(data: dict) -> str:
     return "\n".join(lines)
 
 
+#: The agent-loop benchmarks, in table order: (test name, label).
+LOOP = [
+    ("test_loop_chatids_session", "(a) chatids session: `append` + `generation_prompt()` per step"),
+    ("test_loop_chatids_session_completion", "(a') chatids session, assistant turns as ids: `append_completion` + `append` + `generation_prompt()`"),
+    ("test_loop_chatids_reencode", "(b) chatids `encode(all messages, add_generation_prompt=True, tools=...)` per step"),
+    ("test_loop_transformers", "(c) `apply_chat_template(all messages, tools=..., add_generation_prompt=True, tokenize=True)` per step"),
+    ("test_loop_chatids_full_encode", "(d) yardstick: one chatids `encode` of the final conversation"),
+]
+#: The goal: the whole session loop within this factor of one full encode.
+LOOP_GOAL = 1.5
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def serving(data: dict) -> str:
+    """The "Serving" section: agent loop per model, then the latency table."""
+    benchmarks = [b for b in data["benchmarks"] if b["group"].startswith(SERVING)]
+    by_group: dict[str, dict[str, dict]] = defaultdict(dict)
+    for b in benchmarks:
+        by_group[b["group"]][b["name"].split("[")[0]] = b
+    lines = [_run_line(data, [b for b in benchmarks if b["group"].startswith(SERVING + "loop-")] or benchmarks)]
+    for group in sorted(g for g in by_group if g.startswith(SERVING + "loop-")):
+        rows = by_group[group]
+        model = group[len(SERVING + "loop-"):]
+        any_info = next(iter(rows.values())).get("extra_info", {})
+        session = rows.get("test_loop_chatids_session")
+        full = rows.get("test_loop_chatids_full_encode")
+        lines += [
+            "",
+            f"**Agent loop, {model}** ({any_info.get('format', '?')}; {any_info.get('steps', '?')} steps, "
+            f"{any_info.get('prompts', '?')} prompts; final prompt {any_info.get('tokens', 0):,} tokens, "
+            f"tool results {any_info.get('tool_result_chars', 0):,} characters)",
+            "",
+            "| way | median, whole loop | per prompt | time / (d) | time / (a) |",
+            "|---|---|---|---|---|",
+        ]
+        for name, label in LOOP:
+            b = rows.get(name)
+            if b is None:
+                lines.append(f"| {label} | not measured (the benchmark failed or did not run) | | | |")
+                continue
+            med = b["stats"]["median"]
+            prompts = max(1, b.get("extra_info", {}).get("prompts", 1))
+            vs_full = f"{med / full['stats']['median']:.2f}x" if full else "?"
+            vs_session = "—" if b is session else (f"{med / session['stats']['median']:.2f}x" if session else "?")
+            lines.append(f"| {label} | {_ms(med)} | {med / prompts * 1e3:.2f} ms | {vs_full} | {vs_session} |")
+        lines += ["", "Each way's median divided by (d)'s and by (a)'s."]
+        if session and full:
+            ratio = session["stats"]["median"] / full["stats"]["median"]
+            paired = session.get("extra_info", {}).get("paired_ratio_to_full_encode")
+            shown = paired if paired is not None else ratio
+            verdict = "met" if shown <= LOOP_GOAL else "not met"
+            how = f"paired {paired:.2f}x (back-to-back runs), ratio of medians {ratio:.2f}x" if paired is not None else f"{ratio:.2f}x"
+            lines.append(f"Goal, (a) within {LOOP_GOAL}x of (d): {how}; {verdict}.")
+        completion = rows.get("test_loop_chatids_session_completion", {}).get("extra_info", {})
+        if "paired_ratio_to_session" in completion:
+            lines.append(
+                f"(a') / (a), paired: {completion['paired_ratio_to_session']:.2f}x "
+                f"((a') / (d), paired: {completion.get('paired_ratio_to_full_encode', float('nan')):.2f}x)."
+            )
+    latency = sorted(g for g in by_group if g.startswith(SERVING + "latency-"))
+    if latency:
+        lines += [
+            "",
+            "**Latency of one prompt** (`add_generation_prompt=True`; each call timed on its own)",
+            "",
+            "| model | chat | tokens | calls | chatids p50 | chatids p99 | transformers p50 | transformers p99 | p50 ratio | p99 ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for group in sorted(latency, key=lambda g: (g.rpartition("-")[0], g.endswith("-long"))):
+            rows = by_group[group]
+            model, _, size = group[len(SERVING + "latency-"):].rpartition("-")
+            ours = rows.get("test_latency_chatids", {}).get("extra_info", {})
+            ref = rows.get("test_latency_transformers", {}).get("extra_info", {})
+
+            def us(info: dict, key: str) -> str:
+                return f"{info[key]:,.0f} µs" if key in info else "?"
+
+            def ratio(key: str) -> str:
+                return f"{ref[key] / ours[key]:.2f}x" if key in ours and key in ref and ours[key] else "?"
+
+            lines.append(
+                f"| {model} | {size} | {ours.get('tokens', ref.get('tokens', '?')):,} | {ours.get('calls', '?')} | "
+                f"{us(ours, 'p50_us')} | {us(ours, 'p99_us')} | {us(ref, 'p50_us')} | {us(ref, 'p99_us')} | "
+                f"{ratio('p50_us')} | {ratio('p99_us')} |"
+            )
+        lines += ["", "Ratios: transformers' time divided by chatids' (above 1: chatids is faster)."]
+    return "\n".join(lines)
+
+
+def _replace(doc: str, begin: str, end: str, text: str) -> str:
+    block = begin + "\n" + text + "\n" + end
+    if begin in doc:
+        return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+    return doc.rstrip("\n") + "\n\n" + block + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("json_files", nargs="+", help="pytest-benchmark JSON files (their benchmarks are merged)")
@@ -94,14 +205,20 @@ def main() -> None:
             data = part
         else:
             data["benchmarks"] += part["benchmarks"]
-    text = tables(data)
+    has_serving = any(b["group"].startswith(SERVING) for b in data["benchmarks"])
+    has_other = any(not b["group"].startswith(SERVING) for b in data["benchmarks"])
+    text = tables(data) if has_other else ""
+    serving_text = serving(data) if has_serving else ""
     if args.update:
         with open(args.update) as f:
             doc = f.read()
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), BEGIN + "\n" + text + "\n" + END, doc, flags=re.S)
+        if has_other:
+            doc = _replace(doc, BEGIN, END, text)
+        if has_serving:
+            doc = _replace(doc, SERVING_BEGIN, SERVING_END, serving_text)
         with open(args.update, "w") as f:
             f.write(doc)
-    print(text)
+    print("\n\n".join(t for t in (text, "## Serving\n\n" + serving_text if serving_text else "") if t))
 
 
 if __name__ == "__main__":
