@@ -165,6 +165,29 @@ pub fn loss_mask(chat: &EncodedChat, trained: &[bool], train_on: TrainOn) -> Vec
     }
 }
 
+/// Refuse a mask that would silently leave out a message selected for training: every such
+/// message still in `chat` must have body tokens. Native formats and the mistral-common route
+/// mark every body; the generic path cannot locate an assistant turn whose content is empty
+/// (tool calls only), and then a mask would not train it.
+fn check_bodies_located(
+    chat: &EncodedChat,
+    trained: &[bool],
+    dropped: &[usize],
+) -> Result<(), TemplateError> {
+    let with_body: std::collections::BTreeSet<i32> = chat.body_messages.iter().copied().collect();
+    for (i, &train) in trained.iter().enumerate() {
+        if train && !dropped.contains(&i) && !with_body.contains(&(i as i32)) {
+            return Err(TemplateError::at(
+                i,
+                "this message is selected for training, but its text cannot be located in the prompt the \
+                 template renders (an assistant turn without content, e.g. tool calls only, on the generic \
+                 path), so a loss mask would leave it out; set its 'train' to False, or use train_on=\"all\"",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The error for a conversation with nothing to train on.
 pub fn nothing_to_train(train_on: TrainOn, truncated: bool) -> TemplateError {
     let why = match train_on {
@@ -250,6 +273,19 @@ pub fn encode_for_training(
         let mask = loss_mask(&chat, &trained, training.train_on);
         if !mask.contains(&1) {
             return Err(nothing_to_train(training.train_on, truncation.is_some()).into());
+        }
+        // The template route's generic path may not locate a body; the mistral-common route
+        // marks every message it encodes (v2 drops earlier tool calls, as mistral-common does).
+        if encoder.route() == crate::encoder::Route::Transformers
+            && training.train_on != TrainOn::All
+            && !truncation
+                .as_ref()
+                .is_some_and(|t| t.policy == TruncationPolicy::Right)
+        {
+            let dropped = truncation
+                .as_ref()
+                .map_or(&[][..], |t| &t.dropped_messages[..]);
+            check_bodies_located(&chat, &trained, dropped)?;
         }
         mask
     } else {

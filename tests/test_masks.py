@@ -509,6 +509,11 @@ def test_corpus_masks_match_wrapped_template(name):
     accepted: list = []
     for label, messages in mask_rows():
         counts["conversations"] += 1
+        if any(msg.get("tool_calls") or msg.get("role") in ("tool", "ipython") for msg in messages):
+            # Tool conversations are rendered by the checkpoint's template (the generic path);
+            # their masks are compared in test_generic_path_masks_against_wrapped_template.
+            counts["tool_conversation"] += 1
+            continue
         counts[compare_conversation(m, template, label, messages, name, accepted)] += 1
     counts["mismatches"] += 0
     # encode_batch: the same masks, flat, with labels = ids where trained, else -100.
@@ -756,20 +761,26 @@ def _generic_and_wrapped(name: str, messages: list[dict]) -> tuple[support.Model
     return m, ours.assistant_mask.tolist(), list(official["assistant_masks"])
 
 
-def test_pinned_generic_path_empty_assistant_content_has_no_body():
-    """Generic path: an empty assistant message has no text to locate, so no body, and its
-    end-of-turn token is not trained; the native format (and the wrapped template) train it."""
+def test_pinned_generic_path_refuses_a_mask_it_cannot_locate():
+    """Generic path: an empty assistant message (a tool-call-only turn, say) has no text to
+    locate, so no body: a mask would silently not train it, so chatids raises, naming the
+    message. With ``train: False`` on it, the mask is the wrapped template's except its
+    end-of-turn token; the native format (and the wrapped template) train that token."""
     messages = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": ""},
         {"role": "user", "content": "again"},
         {"role": "assistant", "content": "ok"},
     ]
-    m, ours, theirs = _generic_and_wrapped("qwen2.5-7b-instruct", messages)
+    m = support.load_model("qwen2.5-7b-instruct", generic=True)
+    with pytest.raises(chatids.ChatTemplateError, match=r"^message 1: .*cannot be located"):
+        _chatids(m, messages, sanitize=True)
+    untrained = [dict(messages[1], train=False) if i == 1 else msg for i, msg in enumerate(messages)]
+    ours = _chatids(m, untrained, sanitize=True).assistant_mask.tolist()
+    theirs = list(official_masks(m, wrapped("qwen2.5-7b-instruct"), messages)["assistant_masks"])
     ids = m.enc.encode(messages, sanitize_control_tokens=True, **m.ours_kwargs()).tolist()
     first_end = ids.index(151645, ids.index(77091))  # the <|im_end|> after the first "assistant" header
     assert [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b] == [first_end]
-    assert (ours[first_end], theirs[first_end]) == (0, 1)
     native = _chatids(support.load_model("qwen2.5-7b-instruct"), messages, sanitize=True)
     assert native.assistant_mask.tolist() == theirs
 
@@ -886,13 +897,19 @@ def test_mistral_common_route_masks_select_assistant_content_and_eos(mc_dirs, ro
         runs = _runs(ours.assistant_mask)
         assert len(runs) == len(assistants), f"{label}: {len(runs)} masked runs for {len(assistants)} assistant messages"
         for (a, b), index in zip(runs, assistants):
-            content = messages[index]["content"]
-            expected = instruct.encode_assistant_message(AssistantMessage(content=content), False)
+            message = messages[index]
+            content = message["content"]
+            if message.get("tool_calls"):  # [TOOL_CALLS] + the calls' JSON + </s>
+                reply = AssistantMessage.from_openai({**message, "content": content or None})
+            else:
+                reply = AssistantMessage(content=content)
+            expected = instruct.encode_assistant_message(reply, False)
             got = ids[a:b]
             assert got == expected, f"{label}: message {index}: the masked tokens are not its content + </s>"
             assert got[-1] == eos
-            decoded = instruct.tokenizer.decode(got[:-1])
-            assert decoded.strip() == content.strip(), f"{label}: message {index} decodes to {decoded[:80]!r}"
+            if not message.get("tool_calls"):
+                decoded = instruct.tokenizer.decode(got[:-1])
+                assert decoded.strip() == content.strip(), f"{label}: message {index} decodes to {decoded[:80]!r}"
         # train_on="last_assistant" keeps the last run; train=False drops a message's run.
         last = route.enc.encode(messages, return_assistant_mask=True, train_on="last_assistant")
         assert _runs(last.assistant_mask) == runs[-1:]
@@ -928,6 +945,11 @@ def test_generic_path_locates_texts_when_an_empty_content_is_tested_for_truth():
         {"role": "assistant", "content": "It is in transit."},
     ]
     assert not provenance_lost(m, messages)
+    # The tool-call turn has no text to locate: a mask would leave it out, so chatids refuses...
+    with pytest.raises(chatids.ChatTemplateError, match=r"^message 1: .*cannot be located"):
+        _chatids(m, messages, sanitize=True)
+    # ... unless the caller says not to train it.
+    messages[1] = dict(messages[1], train=False)
     ours = _chatids(m, messages, sanitize=True)
     assert m.tok.decode([i for i, b in zip(ours.ids.tolist(), ours.assistant_mask.tolist()) if b]).endswith("It is in transit.<|im_end|>")
 
