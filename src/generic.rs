@@ -322,6 +322,12 @@ fn mark_str(text: &str, control: &ControlTokens) -> String {
 /// [`mark_str`] on every string value (not dict keys) of `value`.
 fn mark_value(value: Value, control: &ControlTokens) -> Value {
     match value {
+        // Most strings hold no control token and no marker: keep them as they are.
+        Value::String(s)
+            if control.find_iter(&s).next().is_none() && !s.contains([MARK_START, MARK_END]) =>
+        {
+            Value::String(s)
+        }
         Value::String(s) => Value::String(mark_str(&s, control)),
         Value::Array(items) => {
             Value::Array(items.into_iter().map(|v| mark_value(v, control)).collect())

@@ -537,7 +537,11 @@ mod tests {
             Message::new("assistant", "Hello!"),
             Message::new("user", "Bye\n"),
         ];
-        for dir in ["qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "gpt-oss-120b"] {
+        for dir in [
+            "qwen2.5-7b-instruct",
+            "llama-3.1-8b-instruct",
+            "gpt-oss-120b",
+        ] {
             let path = std::path::Path::new(&base).join(dir);
             if !path.is_dir() {
                 continue;
@@ -555,7 +559,11 @@ mod tests {
                 add_generation_prompt: true,
                 ..options.clone()
             };
-            assert_eq!(prompt, enc.encode(&messages[..2], &with_prompt).unwrap(), "{dir}");
+            assert_eq!(
+                prompt,
+                enc.encode(&messages[..2], &with_prompt).unwrap(),
+                "{dir}"
+            );
             let appended = session.append(&enc, messages[2..].to_vec()).unwrap();
             assert_eq!(session.ids(), full.as_slice(), "{dir}");
             assert!(appended.start <= full.len());
@@ -567,7 +575,11 @@ mod tests {
             session
                 .append_completion(&enc, &sampled, messages[2].clone())
                 .unwrap();
-            assert_eq!(&session.ids()[prompt.len()..prompt.len() + 3], &sampled, "{dir}");
+            assert_eq!(
+                &session.ids()[prompt.len()..prompt.len() + 3],
+                &sampled,
+                "{dir}"
+            );
         }
     }
 

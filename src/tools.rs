@@ -68,7 +68,7 @@ pub fn check_nothing_dropped(
                 ));
             }
         }
-        if let Some(name) = call_names(message).find(|n| !rendered.contains(n)) {
+        if let Some(name) = call_names(message).find(|n| !contains_word(&rendered, n)) {
             return Err(TemplateError::at(
                 i,
                 format!(
@@ -79,6 +79,16 @@ pub fn check_nothing_dropped(
         }
     }
     Ok(())
+}
+
+/// Whether `word` occurs in `text` with no identifier character (letter, digit, `_`) right
+/// before or after it (`f` is not in `begin_of_text`, it is in `{"name": "f"}`).
+fn contains_word(text: &str, word: &str) -> bool {
+    let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    text.match_indices(word).any(|(at, _)| {
+        !is_ident(text[..at].chars().next_back())
+            && !is_ident(text[at + word.len()..].chars().next())
+    })
 }
 
 /// The function names of a message's tool calls (OpenAI's `{"function": {"name": ...}}` or a
@@ -104,6 +114,17 @@ pub const TOOL_CALL_STOP_TOKENS: &[&str] = &["<|eom_id|>", "<|call|>"];
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_call_names_are_found_as_words() {
+        assert!(!contains_word("<|begin_of_text|>", "f"));
+        assert!(contains_word(r#"{"name": "f", "x": 1}"#, "f"));
+        assert!(contains_word(
+            "to=functions.get_weather<|channel|>",
+            "get_weather"
+        ));
+        assert!(!contains_word("get_weather_now", "get_weather"));
+    }
 
     #[test]
     fn tool_conversations_are_recognised() {

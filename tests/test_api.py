@@ -117,7 +117,9 @@ def test_stop_token_ids_follow_the_format_documentation(model):
         "mistral-v7-tekken": ["</s>"],
         "gemma": ["<end_of_turn>", "<eos>"],
         "gemma-3": ["<end_of_turn>", "<eos>"],
-        "jinja": [],  # the generic path: the config eos_token and generation_config.json only
+        # The generic path: the config eos_token, generation_config.json, and the tool-call stops
+        # the template writes (gpt-oss: <|call|>).
+        "jinja": [t for t in ("<|eom_id|>", "<|call|>") if t in model.tok.chat_template],
     }[model.format] + [model.tok.eos_token]
     expected = sorted(set(model.tok.convert_tokens_to_ids(documented)))
     assert model.enc.stop_token_ids == expected

@@ -49,7 +49,13 @@ def test_encode_writes_ids(jsonl: str, tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["encode", jsonl, "--model", _model("qwen2.5-7b-instruct"), "--out", str(out)]) == 0
     data = np.load(out)
     assert len(data["offsets"]) == len(data["conversation_index"]) + 1
-    assert "refused conversation 1" in capsys.readouterr().out  # the tools conversation on a native format
+    # Every conversation is encoded, the one with tools as apply_chat_template(..., tools=...) does.
+    assert data["conversation_index"].tolist() == [0, 1, 2]
+    import chatids
+
+    enc = chatids.Encoder.from_pretrained(_model("qwen2.5-7b-instruct"))
+    second = data["ids"][data["offsets"][1] : data["offsets"][2]]
+    assert second.tolist() == enc.encode(CONVERSATIONS[1]["messages"], tools=CONVERSATIONS[1]["tools"]).tolist()
 
 
 def test_explain(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ import chatids
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
-MODEL = "qwen2.5-7b-instruct"  # native format without a clock; refuses tools: rejected rows to check
+MODEL = "qwen2.5-7b-instruct"  # native format without a clock; its template renders the tool conversations
 FILES = ["alpaca_gpt4_en_1k.jsonl", "sharegpt_gpt4_zh_1k.jsonl", "glaive_toolcall_en.jsonl", "dpo_en_chosen.jsonl"]
 
 
@@ -75,7 +75,7 @@ def check(enc: chatids.Encoder, data: list[dict[str, Any]], out: Any, **options:
         got = {name: columns[name][i] for name in want}
         assert got == want, f"row {i} differs"
         errors += want["error"] is not None
-    assert errors >= 3, "the test data should hold rejected rows"
+    assert errors >= 2, "the test data should hold rejected rows (the two inserted ones at least)"
 
 
 def test_map_num_proc_2_equals_encode_batch(enc: chatids.Encoder) -> None:

@@ -76,6 +76,12 @@ def collect(ds: Any) -> dict[int, dict[str, Any]]:
 
 def check(enc: chatids.Encoder, data: list[dict[str, Any]], got: dict[int, dict[str, Any]], masks: bool) -> None:
     assert sorted(got) == [r["id"] for r in data], "rows vanished"
+    # What the workers see: Ray stores the rows in Arrow, which gives every struct (a message,
+    # tool-call arguments) the keys of all rows, None-filled (the README says to store tools and
+    # arguments as JSON text for that reason).
+    import pyarrow as pa
+
+    data = pa.Table.from_pylist(data).to_pylist()
     rejected = 0
     for row in data:
         extra = {"tools": json.loads(row["tools"])} if row["tools"] else {}
@@ -116,7 +122,12 @@ def test_actors_with_a_checkpoint_path(cluster, enc: chatids.Encoder, model_dir:
 
 
 def test_tasks_with_the_encoder_by_value_and_numpy_batches(cluster, enc: chatids.Encoder) -> None:
-    data = items()
+    # Numpy batches also coerce numbers across rows (a tool call's integer argument becomes a
+    # float next to a float one), which changes the JSON a template prints: store tool-call
+    # arguments as JSON text with numpy batches. Here: the conversations without tool calls.
+    data = [r for r in items() if not any(m.get("tool_calls") for m in r["messages"])]
+    # Two conversations the format refuses (a message without content), to check collected errors.
+    data += [{"id": len(items()) + k, "messages": [{"role": "user", "content": None}], "tools": None} for k in range(2)]
     fn = chatids.RayEncode(enc, tools_column="tools", return_assistant_mask=False, num_threads=1, date_string="26 Jul 2024")
     ds = ray.data.from_items(data).map_batches(fn, batch_size=10, batch_format="numpy")
     got = collect(ds)
