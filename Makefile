@@ -47,7 +47,8 @@ conformance-full: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
 	  $(PY) -m pytest tests/test_conformance.py tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py \
-	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py tests/test_masks.py -q -s
+	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py tests/test_masks.py \
+	  tests/test_session.py -q -s
 
 ## Only the generic (Jinja) path on every conversation of the corpus, for every shared checkpoint.
 conformance-generic: develop

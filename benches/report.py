@@ -126,7 +126,8 @@ def serving(data: dict) -> str:
             "",
             f"**Agent loop, {model}** ({any_info.get('format', '?')}; {any_info.get('steps', '?')} steps, "
             f"{any_info.get('prompts', '?')} prompts; final prompt {any_info.get('tokens', 0):,} tokens, "
-            f"tool results {any_info.get('tool_result_chars', 0):,} characters)",
+            + (f"tool results {any_info.get('tool_result_chars', 0):,} characters)" if not model.endswith("-chat")
+               else f"no tools, assistant answers {any_info.get('tool_result_chars', 0):,} characters)"),
             "",
             "| way | median, whole loop | per prompt | time / (d) | time / (a) |",
             "|---|---|---|---|---|",

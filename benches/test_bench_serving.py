@@ -139,12 +139,31 @@ def agent_conversation(corpus: list[list[dict]], tools: list[dict]) -> list[dict
     return messages
 
 
+def chat_conversation(corpus: list[list[dict]]) -> list[dict]:
+    """The same shape without tools: system + user, then STEPS x (an assistant answer of
+    1,000-4,000 characters of corpus text, a short user follow-up); deterministic."""
+    rng = random.Random("chatids:serving-chat")
+    texts = [m["content"] for c in corpus[:400] for m in c if len(m["content"]) > 300]
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": corpus[0][0]["content"][:400]},
+    ]
+    for _ in range(STEPS):
+        answer = ""
+        target = rng.randint(1000, 4000)
+        while len(answer) < target:
+            answer += rng.choice(texts) + "\n\n"
+        messages.append({"role": "assistant", "content": answer[:target].strip()})
+        messages.append({"role": "user", "content": rng.choice(texts)[:200]})
+    return messages
+
+
 #: Index of the last message of the prompt each step builds: the user message, then each tool result.
 PROMPT_ENDS = [2 + 2 * step for step in range(STEPS + 1)]
 
 
 class Serving:
-    def __init__(self, name: str, corpus: list[list[dict]]):
+    def __init__(self, name: str, corpus: list[list[dict]], with_tools: bool = True):
         from transformers import AutoTokenizer
 
         base = os.environ.get("CHATIDS_MODELS_DIR")
@@ -152,11 +171,13 @@ class Serving:
             _missing(f"model {name} not found (CHATIDS_MODELS_DIR)")
         path = Path(base) / name
         self.name = name
+        #: The benchmark group's suffix: the model, and "-chat" for the loop without tools.
+        self.label = name if with_tools else f"{name}-chat"
         self.enc = chatids.Encoder.from_pretrained(path)
         self.tok = AutoTokenizer.from_pretrained(str(path))
         self.kwargs: dict[str, Any] = {"date_string": "26 Jul 2024"} if self.enc.format.startswith("llama-3.") else {}
-        self.tools = _tools()
-        self.messages = agent_conversation(corpus, self.tools)
+        self.tools: Optional[list[dict]] = _tools() if with_tools else None
+        self.messages = agent_conversation(corpus, self.tools) if self.tools else chat_conversation(corpus)
         enc, kw = self.enc, self.kwargs
         # The 21 prompts, from chatids' encode, checked once against transformers.
         self.expected = [enc.encode(self.messages[:n], add_generation_prompt=True, tools=self.tools, **kw) for n in PROMPT_ENDS]
@@ -164,7 +185,8 @@ class Serving:
             ref = self.reference(self.messages[:n])
             assert ids.tolist() == ref, f"{name}: encode differs from apply_chat_template at the prompt after {n} messages"
         self.tokens = len(self.expected[-1])
-        self.chars = sum(len(m["content"]) for m in self.messages if m["role"] == "tool")
+        # Characters of what each step adds: the tool results, or the answers without tools.
+        self.chars = sum(len(m["content"]) for m in self.messages[2:] if m["role"] in ("tool", "assistant"))
         # The model's ids for each assistant turn: what follows the generation prompt in the
         # encoding of the conversation through that turn, up to its stop token.
         stops = set(enc.stop_token_ids)
@@ -229,18 +251,30 @@ class Serving:
             out.append(prompt)
 
 
-_SERVING: dict[str, Serving] = {}
+_SERVING: dict[tuple[str, bool], Serving] = {}
+#: The agent loops: each serving model with tools (rendered by its template), and Llama 3.1
+#: without tools (its native format).
+LOOP_CASES = [(name, True) for name in SERVING_MODELS] + [("llama-3.1-8b-instruct", False)]
+
+
+def _serving(corpus, name: str, with_tools: bool) -> Serving:
+    if (name, with_tools) not in _SERVING:
+        _SERVING[(name, with_tools)] = Serving(name, corpus, with_tools)
+    return _SERVING[(name, with_tools)]
+
+
+@pytest.fixture(params=LOOP_CASES, ids=[n if t else f"{n}-chat" for n, t in LOOP_CASES])
+def serving(request, corpus) -> Serving:
+    return _serving(corpus, *request.param)
 
 
 @pytest.fixture(params=SERVING_MODELS)
-def serving(request, corpus) -> Serving:
-    if request.param not in _SERVING:
-        _SERVING[request.param] = Serving(request.param, corpus)
-    return _SERVING[request.param]
+def serving_model(request, corpus) -> Serving:
+    return _serving(corpus, request.param, True)
 
 
 def _loop_bench(benchmark, serving: Serving, fn: Callable[[Optional[list]], None], rounds: int) -> None:
-    benchmark.group = f"serving-loop-{serving.name}"
+    benchmark.group = f"serving-loop-{serving.label}"
     out: list = []
     fn(out)  # checked once, outside the timing
     expected = serving.expected[-1:] if fn.__name__ == "full_encode" else serving.expected
@@ -357,9 +391,9 @@ def _latency(benchmark, serving: Serving, corpus, size: str, side: str) -> None:
     )
 
 
-def test_latency_chatids(benchmark, serving, corpus, latency_size):
-    _latency(benchmark, serving, corpus, latency_size, "chatids")
+def test_latency_chatids(benchmark, serving_model, corpus, latency_size):
+    _latency(benchmark, serving_model, corpus, latency_size, "chatids")
 
 
-def test_latency_transformers(benchmark, serving, corpus, latency_size):
-    _latency(benchmark, serving, corpus, latency_size, "transformers")
+def test_latency_transformers(benchmark, serving_model, corpus, latency_size):
+    _latency(benchmark, serving_model, corpus, latency_size, "transformers")
