@@ -353,7 +353,7 @@ def compare(model: Model, messages: list[dict], add_generation_prompt: bool, too
             except chatids.ChatTemplateError:
                 continue
             raise AssertionError("render refused the conversation but encode accepted it")
-        return Outcome("rejected_by_policy", re.sub(r"^message \d+: ", "", reason))
+        return Outcome("rejected_by_policy", re.sub(r'tool call "[^"]*"', "tool call", re.sub(r"^message \d+: ", "", reason)))
     assert text == ref_text, f"render differs:\nchatids:      {text[:300]!r}\ntransformers: {ref_text[:300]!r}"
     expected: dict[bool, list[int]] = {}
     ref_plain = model.ref_ids(messages, agp, sanitize=False, **kw)
