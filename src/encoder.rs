@@ -738,14 +738,12 @@ impl Encoder {
             kwargs: &options.kwargs,
             now: options.now,
         };
-        let pieces = jinja.pieces(
+        jinja.pieces(
             messages,
             &request,
             sanitize.then_some(&t.control_tokens),
             provenance,
-        )?;
-        tools::check_nothing_dropped(messages, &pieces)?;
-        Ok(pieces)
+        )
     }
 
     /// Apply the input policies of `options`, render with the native format, and hand the

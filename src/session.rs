@@ -60,24 +60,6 @@ pub struct Appended {
     pub start: usize,
 }
 
-/// The kind of a piece, for comparing renders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Token(u32),
-    TemplateText,
-    Content,
-}
-
-impl From<PieceKind> for Kind {
-    fn from(kind: PieceKind) -> Self {
-        match kind {
-            PieceKind::Token(id) => Kind::Token(id),
-            PieceKind::TemplateText => Kind::TemplateText,
-            PieceKind::Content => Kind::Content,
-        }
-    }
-}
-
 /// Finds the special tokens inside template text that are hard boundaries for the
 /// checkpoint's tokenizer, so a session can resume encoding right after them (the generic path
 /// renders one text piece with the tokens inside; native formats emit most tokens as pieces).
@@ -162,7 +144,7 @@ struct Layout {
     /// The rendered text.
     text: String,
     /// Per piece: its kind and the end of its text in `text`.
-    pieces: Vec<(Kind, usize)>,
+    pieces: Vec<(PieceKind, usize)>,
     /// `(piece count, ids)`: after the first `piece count` pieces (ending with a template token,
     /// or none), the ids hold exactly `ids` tokens. Increasing; starts with `(0, 0)`.
     boundaries: Vec<(usize, usize)>,
@@ -173,7 +155,7 @@ impl Layout {
     fn shared_pieces(&self, pieces: &[Piece<'_>]) -> usize {
         let mut start = 0;
         for (i, (piece, &(kind, end))) in pieces.iter().zip(&self.pieces).enumerate() {
-            if Kind::from(piece.kind) != kind || self.text.get(start..end) != Some(&*piece.text) {
+            if piece.kind != kind || self.text.get(start..end) != Some(&*piece.text) {
                 return i;
             }
             start = end;
@@ -235,7 +217,7 @@ fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
     let mut kinds = Vec::with_capacity(slice.len());
     for p in slice {
         text.push_str(&p.text);
-        kinds.push((Kind::from(p.kind), text.len()));
+        kinds.push((p.kind, text.len()));
     }
     let kept = previous.boundaries.partition_point(|&(p, _)| p <= shared);
     Layout {

@@ -15,7 +15,6 @@ use serde_json::Value;
 use crate::error::TemplateError;
 use crate::formats::TemplateArgs;
 use crate::message::{Message, TemplateValue};
-use crate::pieces::Pieces;
 
 /// Template arguments that carry tool or retrieval definitions.
 pub const TOOL_ARGUMENTS: &[&str] = &[
@@ -47,17 +46,13 @@ pub fn uses_tools(messages: &[Message], kwargs: &TemplateArgs) -> bool {
 /// a user turn), and an assistant message's tool calls (DeepSeek V3 writes them only when
 /// `content` is absent). A tool call counts as written when its function name is in the
 /// prompt.
-pub fn check_nothing_dropped(
-    messages: &[Message],
-    pieces: &Pieces<'_>,
-) -> Result<(), TemplateError> {
+pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(), TemplateError> {
     let needs_check = messages
         .iter()
         .any(|m| m.role == "system" || m.tool_calls.is_some());
     if !needs_check {
         return Ok(());
     }
-    let rendered = pieces.render();
     for (i, message) in messages.iter().enumerate() {
         if message.role == "system" {
             let text = message.text().map(crate::pystr::strip).unwrap_or_default();
@@ -68,7 +63,7 @@ pub fn check_nothing_dropped(
                 ));
             }
         }
-        if let Some(name) = call_names(message).find(|n| !contains_word(&rendered, n)) {
+        if let Some(name) = call_names(message).find(|n| !contains_word(rendered, n)) {
             return Err(TemplateError::at(
                 i,
                 format!(

@@ -3,9 +3,7 @@
 //! value) and `json.dumps(..., ensure_ascii=False)` with the default separators (`", "`,
 //! `": "`) and Python's `repr` of floats.
 
-use std::fmt::Write as _;
-
-use crate::template::pyvalue::float_repr;
+use crate::template::pyvalue::{json_float, json_str};
 
 /// A value as Python's `json.loads` returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +80,7 @@ impl PyJson {
             PyJson::Bool(false) => out.push_str("false"),
             PyJson::Int(digits) => out.push_str(digits),
             PyJson::Float(f) => out.push_str(&json_float(*f)),
-            PyJson::Str(s) => write_str(s, out),
+            PyJson::Str(s) => json_str(s, false, out),
             PyJson::List(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
@@ -99,44 +97,13 @@ impl PyJson {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    write_str(k, out);
+                    json_str(k, false, out);
                     out.push_str(": ");
                     v.write(out);
                 }
                 out.push('}');
             }
         }
-    }
-}
-
-/// A `str` as `json.dumps(..., ensure_ascii=False)` writes it.
-fn write_str(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-fn json_float(f: f64) -> String {
-    if f.is_nan() {
-        "NaN".into()
-    } else if f.is_infinite() {
-        if f > 0.0 { "Infinity" } else { "-Infinity" }.into()
-    } else {
-        float_repr(f)
     }
 }
 

@@ -575,7 +575,8 @@ pub struct JsonOptions {
     pub sort_keys: bool,
 }
 
-fn json_str(s: &str, ascii: bool, out: &mut String) {
+/// A `str` as Python's `json.dumps` writes it (`ascii`: `ensure_ascii=True`).
+pub(crate) fn json_str(s: &str, ascii: bool, out: &mut String) {
     // Python's json.dumps escapes: `\\`, `"`, control characters, and with ensure_ascii
     // everything outside ' '..='~'. Plain stretches are copied whole.
     out.reserve(s.len() + 2);
@@ -617,7 +618,8 @@ fn json_str(s: &str, ascii: bool, out: &mut String) {
     out.push('"');
 }
 
-fn json_float(f: f64) -> String {
+/// A float as Python's `json.dumps` writes it (`NaN`, `Infinity`, else `repr`).
+pub(crate) fn json_float(f: f64) -> String {
     if f.is_nan() {
         "NaN".into()
     } else if f.is_infinite() {
