@@ -738,12 +738,15 @@ impl Encoder {
             kwargs: &options.kwargs,
             now: options.now,
         };
-        jinja.pieces(
+        let pieces = jinja.pieces(
             messages,
             &request,
             sanitize.then_some(&t.control_tokens),
             provenance,
-        )
+        )?;
+        // On the caller's text: the rendered string itself holds sanitizer markers.
+        tools::check_nothing_dropped(messages, &pieces.render())?;
+        Ok(pieces)
     }
 
     /// Apply the input policies of `options`, render with the native format, and hand the
