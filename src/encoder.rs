@@ -22,7 +22,7 @@ use crate::prefill;
 use crate::probes::{self, ProbeReport};
 use crate::session::TokenSplitter;
 use crate::template::{ChatTemplate, DateTime};
-use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
+use crate::text::{EncoderChoice, Selected, TextEncoder, TextOptions};
 use crate::tools;
 
 /// Options of one `encode`/`render` call (transformers' argument names). The default is the
@@ -156,7 +156,7 @@ struct TemplateRoute {
     template_text: String,
     special_tokens_map: Vec<(String, String)>,
     format_choice: FormatChoice,
-    text: HfTextEncoder,
+    text: Selected,
     control_tokens: ControlTokens,
     newline_ids: Vec<u32>,
     post_processor_bos: Option<u32>,
@@ -364,7 +364,7 @@ impl Encoder {
         };
         let control_tokens =
             ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
-        let text = HfTextEncoder::new(checkpoint.tokenizer.clone());
+        let text = Selected::new(checkpoint.tokenizer.clone(), EncoderChoice::from_env());
         let mut newline_ids = Vec::new();
         text.encode(
             "\n",
@@ -618,6 +618,7 @@ impl Encoder {
         if let Some(note) = &t.checkpoint_note {
             lines.push(format!("tokenizer: {note}"));
         }
+        lines.push(t.text.describe());
         lines.join("\n")
     }
 
@@ -659,8 +660,8 @@ impl Encoder {
         self.format().map_or(&[], |f| f.clock_defaults())
     }
 
-    /// The text encoder (the checkpoint's tokenizer.json), on the transformers route.
-    pub fn text_encoder(&self) -> Option<&HfTextEncoder> {
+    /// The text encoders (the checkpoint's tokenizer.json), on the transformers route.
+    pub fn text_encoder(&self) -> Option<&Selected> {
         self.template().map(|t| &t.text)
     }
 

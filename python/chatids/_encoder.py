@@ -261,8 +261,16 @@ class Encoder:
         return self._core.control_tokens
 
     def explain(self) -> str:
-        """Why this format was chosen and what was adjusted to match transformers."""
+        """Why this format was chosen, what was adjusted to match transformers, and which text
+        encoder runs."""
         return self._core.explain()
+
+    @property
+    def text_encoder(self) -> Optional[str]:
+        """The text encoder that runs: ``"native"`` (chatids' own BPE core, chosen whenever it
+        supports the checkpoint's tokenizer.json), ``"tokenizers"`` (the tokenizers crate), or
+        ``None`` on the mistral-common route (which has its own encoders)."""
+        return self._core.text_encoder
 
     @property
     def reads_clock(self) -> bool:

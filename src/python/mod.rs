@@ -38,6 +38,20 @@ create_exception!(
     "A checkpoint or its chat format cannot be loaded."
 );
 
+/// `"selected"`, `"native"` or `"tokenizers"`.
+fn which_text_encoder(name: &str) -> PyResult<crate::text::Which> {
+    Ok(match name {
+        "selected" => crate::text::Which::Selected,
+        "native" => crate::text::Which::Native,
+        "tokenizers" => crate::text::Which::Tokenizers,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "encoder must be \"selected\", \"native\" or \"tokenizers\", not {other:?}"
+            )))
+        }
+    })
+}
+
 fn to_py_err(e: Error) -> PyErr {
     match e {
         Error::Template(t) => ChatTemplateError::new_err(t.to_string()),
@@ -446,6 +460,16 @@ struct PyEncoder {
     inner: Arc<Encoder>,
 }
 
+impl PyEncoder {
+    /// The transformers route's text encoders, or an error on the mistral-common route.
+    fn transformers_text(&self) -> PyResult<&crate::text::Selected> {
+        self.inner.text_encoder().ok_or_else(|| {
+            PyValueError::new_err("the mistral-common route does not use tokenizer.json")
+        })
+    }
+
+}
+
 #[pymethods]
 impl PyEncoder {
     /// Load a checkpoint directory; `format` forces a native format.
@@ -552,6 +576,88 @@ impl PyEncoder {
         text.tokenizer()
             .to_string(false)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Which text encoder runs: `"native"` (chatids' BPE core) or `"tokenizers"` (the crate).
+    #[getter]
+    fn text_encoder(&self) -> Option<&'static str> {
+        self.inner
+            .text_encoder()
+            .map(|t| if t.native().is_some() { "native" } else { "tokenizers" })
+    }
+
+    /// Encode one text with one text encoder (`"selected"`, `"native"`, `"tokenizers"`):
+    /// `(ids, starts)`, `starts` only `with_starts`. For tests and benchmarks.
+    #[pyo3(signature = (text, encoder="selected", added_tokens=true, at_start=true, with_starts=false))]
+    fn _encode_text(
+        &self,
+        py: Python<'_>,
+        text: &str,
+        encoder: &str,
+        added_tokens: bool,
+        at_start: bool,
+        with_starts: bool,
+    ) -> PyResult<(Vec<u32>, Option<Vec<usize>>)> {
+        let which = which_text_encoder(encoder)?;
+        let t = self.transformers_text()?;
+        let options = crate::text::TextOptions { added_tokens, at_start };
+        py.detach(|| {
+            guarded(|| {
+                let mut ids = Vec::new();
+                let mut starts = with_starts.then(Vec::new);
+                t.encode_with(which, text, options, &mut ids, starts.as_mut())?;
+                Ok((ids, starts))
+            })
+        })
+    }
+
+    /// Encode each text with one text encoder on this thread; the total number of tokens.
+    /// For benchmarks (one call, the GIL released).
+    #[pyo3(signature = (texts, encoder="selected", added_tokens=true, at_start=true))]
+    fn _encode_texts(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+        encoder: &str,
+        added_tokens: bool,
+        at_start: bool,
+    ) -> PyResult<usize> {
+        let which = which_text_encoder(encoder)?;
+        let t = self.transformers_text()?;
+        let options = crate::text::TextOptions { added_tokens, at_start };
+        py.detach(|| {
+            guarded(|| {
+                let mut ids = Vec::new();
+                let mut total = 0;
+                for text in &texts {
+                    ids.clear();
+                    t.encode_with(which, text, options, &mut ids, None)?;
+                    total += ids.len();
+                }
+                Ok(total)
+            })
+        })
+    }
+
+    /// The indices of `texts` where the native core and the tokenizers crate differ (ids, and
+    /// token starts `with_starts`). For the differential tests.
+    #[pyo3(signature = (texts, added_tokens=true, at_start=true, with_starts=false))]
+    fn _text_differences(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+        added_tokens: bool,
+        at_start: bool,
+        with_starts: bool,
+    ) -> PyResult<Vec<usize>> {
+        let t = self.transformers_text()?;
+        let options = crate::text::TextOptions { added_tokens, at_start };
+        py.detach(|| {
+            guarded(|| {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                t.differences(&refs, options, with_starts)
+            })
+        })
     }
 
     /// Why this format was chosen, and what was adjusted to match the reference.

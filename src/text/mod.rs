@@ -1,15 +1,24 @@
 //! Text encoders: text in, token ids appended to a buffer.
 //!
-//! Everything between two template control tokens is handed to a [`TextEncoder`]. Today the
-//! only implementation is [`HfTextEncoder`], the `tokenizers` crate (the library transformers
-//! itself uses) loaded from the checkpoint's `tokenizer.json`; a faster BPE core can replace it
-//! behind this interface.
+//! Everything between two template control tokens is handed to a [`TextEncoder`]. Two
+//! implementations run the checkpoint's `tokenizer.json`:
+//!
+//! * [`NativeBpe`] (module [`native`]), chatids' own BPE core, for the tokenizer families it
+//!   reproduces exactly (byte-level BPE with the known `Split` regexes, SentencePiece-style
+//!   BPE), several times faster;
+//! * [`HfTextEncoder`], the `tokenizers` crate (the library transformers itself uses), for
+//!   everything else, and as the reference the native core is tested against.
+//!
+//! [`Selected`] holds both and picks per call: the native core when the tokenizer is supported
+//! (and the text is not one it hands back, see [`NativeBpe::handles`]), else the crate.
 
 mod hf;
+pub mod native;
 pub mod sentencepiece;
 pub mod tekken;
 
 pub use hf::HfTextEncoder;
+pub use native::NativeBpe;
 
 use crate::error::Result;
 
@@ -39,4 +48,184 @@ pub trait TextEncoder: Send + Sync {
         ids: &mut Vec<u32>,
         starts: &mut Vec<usize>,
     ) -> Result<()>;
+}
+
+/// Which text encoder [`Selected`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncoderChoice {
+    /// The native core when it supports the tokenizer (the default).
+    Auto,
+    /// Always the `tokenizers` crate.
+    Tokenizers,
+}
+
+impl EncoderChoice {
+    /// The choice the environment asks for: `CHATIDS_TEXT_ENCODER=tokenizers` forces the
+    /// `tokenizers` crate (for comparisons); anything else, or nothing, is [`EncoderChoice::Auto`].
+    pub fn from_env() -> Self {
+        match std::env::var("CHATIDS_TEXT_ENCODER").as_deref() {
+            Ok("tokenizers") => EncoderChoice::Tokenizers,
+            _ => EncoderChoice::Auto,
+        }
+    }
+}
+
+/// The checkpoint's tokenizer as both text encoders; encodes with the native core where it
+/// applies.
+pub struct Selected {
+    hf: HfTextEncoder,
+    native: Option<NativeBpe>,
+    /// Why the native core does not run, when it does not.
+    refusal: Option<String>,
+}
+
+impl Selected {
+    /// Both encoders for `tokenizer` (the native one only if it supports it and `choice`
+    /// allows it).
+    pub fn new(tokenizer: tokenizers::Tokenizer, choice: EncoderChoice) -> Self {
+        let (native, refusal) = match choice {
+            EncoderChoice::Tokenizers => (
+                None,
+                Some("CHATIDS_TEXT_ENCODER=tokenizers asks for the tokenizers crate".to_string()),
+            ),
+            EncoderChoice::Auto => match NativeBpe::from_tokenizer(&tokenizer) {
+                Ok(n) => (Some(n), None),
+                Err(why) => (None, Some(why)),
+            },
+        };
+        Selected {
+            hf: HfTextEncoder::new(tokenizer),
+            native,
+            refusal,
+        }
+    }
+
+    /// The `tokenizers` crate's encoder (always there: the reference and the fallback).
+    pub fn hf(&self) -> &HfTextEncoder {
+        &self.hf
+    }
+
+    /// The native core, if it runs for this tokenizer.
+    pub fn native(&self) -> Option<&NativeBpe> {
+        self.native.as_ref()
+    }
+
+    /// The wrapped tokenizer.
+    pub fn tokenizer(&self) -> &tokenizers::Tokenizer {
+        self.hf.tokenizer()
+    }
+
+    /// Which encoder runs, and why, in one line (for `Encoder::explain`).
+    pub fn describe(&self) -> String {
+        match (&self.native, &self.refusal) {
+            (Some(n), _) => format!("text encoder: chatids' native BPE core ({})", n.description()),
+            (None, Some(why)) => format!("text encoder: the tokenizers crate ({why})"),
+            (None, None) => "text encoder: the tokenizers crate".to_string(),
+        }
+    }
+}
+
+/// Which of the two encoders of a [`Selected`] to run (differential tests and benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// What [`Selected`] runs by default.
+    Selected,
+    /// The native core (an error if it does not support the tokenizer).
+    Native,
+    /// The `tokenizers` crate.
+    Tokenizers,
+}
+
+impl Selected {
+    /// Encode `text` with one encoder, with token starts when `starts` is given.
+    pub fn encode_with(
+        &self,
+        which: Which,
+        text: &str,
+        options: TextOptions,
+        ids: &mut Vec<u32>,
+        starts: Option<&mut Vec<usize>>,
+    ) -> Result<()> {
+        let encoder: &dyn TextEncoder = match which {
+            Which::Selected => self,
+            Which::Tokenizers => &self.hf,
+            Which::Native => {
+                let native = self.native.as_ref().ok_or_else(|| {
+                    crate::error::Error::Tokenizer(format!(
+                        "the native BPE core does not run for this tokenizer: {}",
+                        self.refusal.as_deref().unwrap_or("")
+                    ))
+                })?;
+                match starts {
+                    Some(s) => native.encode_with_starts(text, options, ids, s),
+                    None => native.encode(text, options, ids),
+                }
+                return Ok(());
+            }
+        };
+        match starts {
+            Some(s) => encoder.encode_with_starts(text, options, ids, s),
+            None => encoder.encode(text, options, ids),
+        }
+    }
+
+    /// The indices of the `texts` whose ids (and token starts, with `with_starts`) differ
+    /// between the native core and the `tokenizers` crate. The native core runs even on text
+    /// it would hand to the crate, so the comparison covers all of it.
+    pub fn differences(&self, texts: &[&str], options: TextOptions, with_starts: bool) -> Result<Vec<usize>> {
+        let native = self.native.as_ref().ok_or_else(|| {
+            crate::error::Error::Tokenizer("the native BPE core does not run for this tokenizer".into())
+        })?;
+        let mut out = Vec::new();
+        let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, text) in texts.iter().enumerate() {
+            if !native.handles(text) {
+                continue;
+            }
+            a.clear();
+            b.clear();
+            sa.clear();
+            sb.clear();
+            if with_starts {
+                native.encode_with_starts(text, options, &mut a, &mut sa);
+                self.hf.encode_with_starts(text, options, &mut b, &mut sb)?;
+            } else {
+                native.encode(text, options, &mut a);
+                self.hf.encode(text, options, &mut b)?;
+            }
+            if a != b || sa != sb {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl TextEncoder for Selected {
+    #[inline]
+    fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) -> Result<()> {
+        match &self.native {
+            Some(n) if n.handles(text) => {
+                n.encode(text, options, ids);
+                Ok(())
+            }
+            _ => self.hf.encode(text, options, ids),
+        }
+    }
+
+    fn encode_with_starts(
+        &self,
+        text: &str,
+        options: TextOptions,
+        ids: &mut Vec<u32>,
+        starts: &mut Vec<usize>,
+    ) -> Result<()> {
+        match &self.native {
+            Some(n) if n.handles(text) => {
+                n.encode_with_starts(text, options, ids, starts);
+                Ok(())
+            }
+            _ => self.hf.encode_with_starts(text, options, ids, starts),
+        }
+    }
 }

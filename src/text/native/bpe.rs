@@ -1,0 +1,437 @@
+//! The BPE model: a word in, its token ids out, exactly as the `tokenizers` crate's `BPE`
+//! model (`models/bpe/model.rs` and `word.rs` of tokenizers 0.23) produces them.
+//!
+//! * A word is split into its characters (its bytes for byte-level vocabularies, whose
+//!   256 single-byte tokens stand for the bytes). A character missing from the vocabulary
+//!   becomes its `<0xXX>` byte tokens under `byte_fallback` (when all of them exist), else the
+//!   unknown token (consecutive ones fused under `fuse_unk`), else nothing.
+//! * Merges: repeatedly the adjacent pair with the lowest merge rank, the leftmost of equal
+//!   ranks. Words of up to [`SHORT_WORD`] symbols scan their pairs; longer ones use a heap of
+//!   candidate merges with lazy invalidation, as the crate does (O(n log n): a megabyte of one
+//!   character stays fast).
+//! * `ignore_merges`: a word that is itself in the vocabulary is that one token.
+//!
+//! Merge pairs are looked up by their two ids packed in one integer; vocabulary entries by
+//! their bytes. Both maps use the Fx hash.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+
+/// No id.
+pub const NONE: u32 = u32::MAX;
+/// Words of at most this many symbols merge by scanning their pairs.
+const SHORT_WORD: usize = 24;
+
+/// What the model's symbols are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    /// Bytes: a byte-level vocabulary (GPT-2's byte-to-character mapping undone at load).
+    Bytes,
+    /// Unicode characters (SentencePiece-style vocabularies with `▁`).
+    Chars,
+}
+
+/// A loaded BPE model.
+pub struct BpeModel {
+    pub units: Units,
+    /// Token bytes to id (for byte-level vocabularies, the raw bytes).
+    vocab: FxHashMap<Box<[u8]>, u32>,
+    /// Units::Bytes: the id of each single byte.
+    byte_ids: [u32; 256],
+    /// Units::Chars: the id of each character of the Basic Multilingual Plane (`NONE` if it
+    /// is not a token), and of the others.
+    bmp_ids: Vec<u32>,
+    astral_ids: FxHashMap<u32, u32>,
+    /// `(left id, right id)` packed as `left << 32 | right`, to `rank << 32 | merged id`.
+    merges: FxHashMap<u64, u64>,
+    /// The ids of `<0x00>` .. `<0xFF>` when byte fallback is on (`NONE` where missing).
+    byte_fallback: Option<Box<[u32; 256]>>,
+    unk: Option<u32>,
+    fuse_unk: bool,
+    pub ignore_merges: bool,
+    /// The byte length of each token's text as the model sees it (for token offsets).
+    token_len: Vec<u32>,
+}
+
+/// A symbol of a word being merged: its id and its length in bytes of the word.
+#[derive(Debug, Clone, Copy)]
+pub struct Symbol {
+    pub id: u32,
+    pub len: u32,
+}
+
+/// Reusable buffers of the merge loop.
+#[derive(Default)]
+pub struct Scratch {
+    symbols: Vec<Symbol>,
+    ranks: Vec<u64>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    heap: BinaryHeap<Reverse<(u32, u32, u32)>>,
+}
+
+/// Everything needed to build a [`BpeModel`].
+pub struct BpeConfig {
+    pub units: Units,
+    /// Token text (already in model units: raw bytes for byte-level) and id.
+    pub vocab: Vec<(Vec<u8>, u32)>,
+    /// Merges in rank order, as token texts.
+    pub merges: Vec<(Vec<u8>, Vec<u8>)>,
+    pub byte_fallback: bool,
+    pub unk_token: Option<Vec<u8>>,
+    pub fuse_unk: bool,
+    pub ignore_merges: bool,
+}
+
+impl BpeModel {
+    /// Build the model; `Err` names what the native core does not support (then the
+    /// `tokenizers` crate runs instead).
+    pub fn new(config: BpeConfig) -> Result<Self, String> {
+        let mut vocab: FxHashMap<Box<[u8]>, u32> = FxHashMap::default();
+        vocab.reserve(config.vocab.len());
+        let mut max_id = 0;
+        for (text, id) in &config.vocab {
+            if vocab.insert(text.clone().into_boxed_slice(), *id).is_some() {
+                return Err("two vocabulary entries have the same bytes".into());
+            }
+            max_id = max_id.max(*id);
+        }
+        let mut token_len = vec![0u32; max_id as usize + 1];
+        for (text, id) in &config.vocab {
+            token_len[*id as usize] = text.len() as u32;
+        }
+        let mut byte_ids = [NONE; 256];
+        let mut bmp_ids = Vec::new();
+        let mut astral_ids = FxHashMap::default();
+        match config.units {
+            Units::Bytes => {
+                for (b, slot) in byte_ids.iter_mut().enumerate() {
+                    *slot = *vocab.get(&[b as u8][..]).ok_or_else(|| {
+                        format!("the byte-level vocabulary has no token for byte {b:#04x}")
+                    })?;
+                }
+            }
+            Units::Chars => {
+                bmp_ids = vec![NONE; 0x1_0000];
+                for (text, &id) in &vocab {
+                    let Ok(s) = std::str::from_utf8(text) else { continue };
+                    let mut chars = s.chars();
+                    if let (Some(c), None) = (chars.next(), chars.next()) {
+                        if (c as u32) < 0x1_0000 {
+                            bmp_ids[c as usize] = id;
+                        } else {
+                            astral_ids.insert(c as u32, id);
+                        }
+                    }
+                }
+            }
+        }
+        let mut merges: FxHashMap<u64, u64> = FxHashMap::default();
+        merges.reserve(config.merges.len());
+        let mut joined = Vec::new();
+        for (rank, (a, b)) in config.merges.iter().enumerate() {
+            let id = |t: &[u8]| {
+                vocab
+                    .get(t)
+                    .copied()
+                    .ok_or_else(|| "a merge uses a token that is not in the vocabulary".to_string())
+            };
+            let (a_id, b_id) = (id(a)?, id(b)?);
+            joined.clear();
+            joined.extend_from_slice(a);
+            joined.extend_from_slice(b);
+            let new_id = id(&joined)?;
+            // A later duplicate replaces an earlier one, as when the crate collects its map.
+            merges.insert(pack(a_id, b_id), (rank as u64) << 32 | u64::from(new_id));
+        }
+        let byte_fallback = if config.byte_fallback {
+            let mut ids = Box::new([NONE; 256]);
+            for (b, slot) in ids.iter_mut().enumerate() {
+                if let Some(&id) = vocab.get(format!("<0x{b:02X}>").as_bytes()) {
+                    *slot = id;
+                }
+            }
+            Some(ids)
+        } else {
+            None
+        };
+        let unk = match &config.unk_token {
+            Some(t) => Some(
+                *vocab
+                    .get(t.as_slice())
+                    .ok_or("the unknown token is not in the vocabulary")?,
+            ),
+            None => None,
+        };
+        Ok(BpeModel {
+            units: config.units,
+            vocab,
+            byte_ids,
+            bmp_ids,
+            astral_ids,
+            merges,
+            byte_fallback,
+            unk,
+            fuse_unk: config.fuse_unk,
+            ignore_merges: config.ignore_merges,
+            token_len,
+        })
+    }
+
+    /// The id of a whole word, if the vocabulary has it.
+    #[inline]
+    pub fn token_id(&self, word: &[u8]) -> Option<u32> {
+        self.vocab.get(word).copied()
+    }
+
+    /// Whether some token with a merge reaching it holds `inner` at a position where it spans a
+    /// cut between `left_end` and `right_start` characters; used to decide where long texts may
+    /// be cut into words ([`super::metaspace`]).
+    pub fn vocab_texts(&self) -> impl Iterator<Item = &[u8]> {
+        self.vocab.keys().map(|k| &**k)
+    }
+
+    /// The unknown token's id.
+    pub fn unk(&self) -> Option<u32> {
+        self.unk
+    }
+
+    /// The byte length token `id` covers when it is not the unknown token or a byte-fallback
+    /// token.
+    #[inline]
+    pub fn token_len(&self, id: u32) -> u32 {
+        self.token_len.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens`.
+    pub fn encode_word(&self, word: &[u8], scratch: &mut Scratch, ids: &mut Vec<u32>, lens: &mut Vec<u32>) {
+        if word.is_empty() {
+            return;
+        }
+        if self.ignore_merges {
+            if let Some(id) = self.token_id(word) {
+                ids.push(id);
+                lens.push(word.len() as u32);
+                return;
+            }
+        }
+        let mut symbols = std::mem::take(&mut scratch.symbols);
+        symbols.clear();
+        self.initial_symbols(word, &mut symbols);
+        if symbols.len() <= SHORT_WORD {
+            self.merge_short(&mut symbols, &mut scratch.ranks);
+        } else {
+            self.merge_long(&mut symbols, scratch);
+        }
+        ids.extend(symbols.iter().map(|s| s.id));
+        lens.extend(symbols.iter().map(|s| s.len));
+        scratch.symbols = symbols;
+    }
+
+    /// The word's characters as symbols (`merge_word` before its merge loop).
+    fn initial_symbols(&self, word: &[u8], symbols: &mut Vec<Symbol>) {
+        match self.units {
+            Units::Bytes => symbols.extend(word.iter().map(|&b| Symbol {
+                id: self.byte_ids[b as usize],
+                len: 1,
+            })),
+            Units::Chars => {
+                // (unknown id, bytes covered) not yet pushed
+                let mut unk: Option<(u32, u32)> = None;
+                let text = std::str::from_utf8(word).expect("words are UTF-8");
+                for c in text.chars() {
+                    let len = c.len_utf8() as u32;
+                    let id = if (c as u32) < 0x1_0000 {
+                        self.bmp_ids[c as usize]
+                    } else {
+                        self.astral_ids.get(&(c as u32)).copied().unwrap_or(NONE)
+                    };
+                    if id != NONE {
+                        if let Some((u, l)) = unk.take() {
+                            symbols.push(Symbol { id: u, len: l });
+                        }
+                        symbols.push(Symbol { id, len });
+                        continue;
+                    }
+                    if let Some(fallback) = &self.byte_fallback {
+                        let mut buf = [0u8; 4];
+                        let bytes = c.encode_utf8(&mut buf).as_bytes();
+                        if bytes.iter().all(|&b| fallback[b as usize] != NONE) {
+                            // The crate pushes a pending unknown token only before a known
+                            // character, not before byte-fallback tokens.
+                            symbols.extend(bytes.iter().map(|&b| Symbol {
+                                id: fallback[b as usize],
+                                len: 1,
+                            }));
+                            continue;
+                        }
+                    }
+                    if let Some(unk_id) = self.unk {
+                        unk = match (unk, self.fuse_unk) {
+                            (Some((u, l)), true) => Some((u, l + len)),
+                            (Some((u, l)), false) => {
+                                symbols.push(Symbol { id: u, len: l });
+                                Some((unk_id, len))
+                            }
+                            (None, _) => Some((unk_id, len)),
+                        };
+                    }
+                }
+                if let Some((u, l)) = unk {
+                    symbols.push(Symbol { id: u, len: l });
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn merge_of(&self, left: u32, right: u32) -> u64 {
+        self.merges.get(&pack(left, right)).copied().unwrap_or(u64::MAX)
+    }
+
+    /// Merge a short word: find the lowest-ranked pair, leftmost first, merge, repeat.
+    fn merge_short(&self, symbols: &mut Vec<Symbol>, ranks: &mut Vec<u64>) {
+        if symbols.len() < 2 {
+            return;
+        }
+        ranks.clear();
+        ranks.extend(symbols.windows(2).map(|w| self.merge_of(w[0].id, w[1].id)));
+        loop {
+            let mut best = u64::MAX;
+            let mut at = 0;
+            for (i, &r) in ranks.iter().enumerate() {
+                if r < best {
+                    best = r;
+                    at = i;
+                }
+            }
+            if best == u64::MAX {
+                break;
+            }
+            let merged = Symbol {
+                id: best as u32,
+                len: symbols[at].len + symbols[at + 1].len,
+            };
+            symbols[at] = merged;
+            symbols.remove(at + 1);
+            ranks.remove(at);
+            if at + 1 < symbols.len() {
+                ranks[at] = self.merge_of(merged.id, symbols[at + 1].id);
+            }
+            if at > 0 {
+                ranks[at - 1] = self.merge_of(symbols[at - 1].id, merged.id);
+            }
+        }
+    }
+
+    /// Merge a long word with a heap of candidate merges ordered by (rank, position), skipping
+    /// candidates that no longer apply, as `Word::merge_all` does.
+    fn merge_long(&self, symbols: &mut Vec<Symbol>, scratch: &mut Scratch) {
+        let n = symbols.len();
+        let (prev, next, heap) = (&mut scratch.prev, &mut scratch.next, &mut scratch.heap);
+        prev.clear();
+        next.clear();
+        heap.clear();
+        prev.extend((0..n as u32).map(|i| i.wrapping_sub(1)));
+        next.extend(1..=n as u32);
+        for i in 0..n - 1 {
+            let m = self.merge_of(symbols[i].id, symbols[i + 1].id);
+            if m != u64::MAX {
+                heap.push(Reverse(((m >> 32) as u32, i as u32, m as u32)));
+            }
+        }
+        while let Some(Reverse((_, pos, new_id))) = heap.pop() {
+            let pos = pos as usize;
+            if symbols[pos].len == 0 {
+                continue;
+            }
+            let right = next[pos] as usize;
+            if right >= n {
+                continue;
+            }
+            // A candidate is current if its pair still merges into the same token.
+            let m = self.merge_of(symbols[pos].id, symbols[right].id);
+            if m == u64::MAX || m as u32 != new_id {
+                continue;
+            }
+            symbols[pos].id = new_id;
+            symbols[pos].len += symbols[right].len;
+            symbols[right].len = 0;
+            next[pos] = next[right];
+            if (next[pos] as usize) < n {
+                prev[next[pos] as usize] = pos as u32;
+            }
+            let before = prev[pos];
+            if before != u32::MAX {
+                let m = self.merge_of(symbols[before as usize].id, new_id);
+                if m != u64::MAX {
+                    heap.push(Reverse(((m >> 32) as u32, before, m as u32)));
+                }
+            }
+            let after = next[pos] as usize;
+            if after < n {
+                let m = self.merge_of(new_id, symbols[after].id);
+                if m != u64::MAX {
+                    heap.push(Reverse(((m >> 32) as u32, pos as u32, m as u32)));
+                }
+            }
+        }
+        symbols.retain(|s| s.len != 0);
+    }
+}
+
+#[inline]
+fn pack(a: u32, b: u32) -> u64 {
+    u64::from(a) << 32 | u64::from(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(units: Units, vocab: &[&str], merges: &[(&str, &str)]) -> BpeModel {
+        BpeModel::new(BpeConfig {
+            units,
+            vocab: vocab
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.as_bytes().to_vec(), i as u32))
+                .collect(),
+            merges: merges
+                .iter()
+                .map(|(a, b)| (a.as_bytes().to_vec(), b.as_bytes().to_vec()))
+                .collect(),
+            byte_fallback: true,
+            unk_token: Some(b"<unk>".to_vec()),
+            fuse_unk: true,
+            ignore_merges: false,
+        })
+        .unwrap()
+    }
+
+    fn encode(m: &BpeModel, word: &str) -> Vec<u32> {
+        let (mut ids, mut lens) = (Vec::new(), Vec::new());
+        m.encode_word(word.as_bytes(), &mut Scratch::default(), &mut ids, &mut lens);
+        assert_eq!(lens.iter().sum::<u32>() as usize, word.len());
+        ids
+    }
+
+    #[test]
+    fn short_and_long_words_merge_alike() {
+        let m = model(
+            Units::Chars,
+            &["<unk>", "a", "b", "ab", "aa", "aaaa", "<0x63>"],
+            &[("a", "a"), ("a", "b"), ("aa", "aa")],
+        );
+        // Leftmost first among equal ranks: "aaa" -> "aa" "a".
+        assert_eq!(encode(&m, "aaa"), vec![4, 1]);
+        assert_eq!(encode(&m, "aaaab"), vec![5, 2]);
+        // Byte fallback for "c", the unknown token for "d" and "e" fused.
+        assert_eq!(encode(&m, "acdeb"), vec![1, 6, 0, 2]);
+        let long: String = "aab".repeat(40);
+        let short_ids: Vec<u32> = (0..40).flat_map(|_| encode(&m, "aab")).collect();
+        assert_eq!(encode(&m, &long), short_ids);
+    }
+}

@@ -1,0 +1,643 @@
+//! chatids' own BPE core: the ids of the `tokenizers` crate's pipeline for the tokenizer
+//! families chat checkpoints use, several times faster.
+//!
+//! The pipeline has the crate's stages, one module each:
+//!
+//! 1. added tokens found in the text ([`added`]), in raw text and then in normalized text;
+//! 2. the normalizer: none, NFC (text that is not already NFC goes to the crate instead), or
+//!    SentencePiece-style `▁` for spaces ([`Normalizer`]);
+//! 3. the pre-tokenizer: the known `Split` regexes of byte-level tokenizers as hand-written
+//!    scanners ([`split`], with Oniguruma's Unicode classes from [`unicode`]), or `Metaspace`;
+//!    SentencePiece-style texts are cut into independently mergeable words ([`words`]);
+//! 4. the BPE model ([`bpe`]), behind a per-thread word cache ([`cache`]).
+//!
+//! [`NativeBpe::from_tokenizer`] reads the tokenizer's own serialization and accepts only
+//! configurations it reproduces exactly; for anything else it says why, and the `tokenizers`
+//! crate runs instead ([`super::Selected`]). The differential tests compare the two on every
+//! shared tokenizer (`tests/test_native_bpe.py`, the unit tests here, `fuzz/`).
+
+pub mod added;
+pub mod bpe;
+mod cache;
+pub mod split;
+pub mod unicode;
+pub mod words;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+use tokenizers::{NormalizedString, Normalizer as _, Tokenizer};
+use unicode_normalization::{is_nfc_quick, IsNormalized};
+
+use self::added::{AddedToken, Matcher, Part};
+use self::bpe::{BpeConfig, BpeModel, Units};
+use self::split::Pattern;
+use self::words::WordCutter;
+use super::TextOptions;
+
+/// The normalizers the native core runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Normalizer {
+    /// None (or an empty sequence).
+    Identity,
+    /// NFC: text already in NFC (the quick check says yes) is unchanged; other text is left to
+    /// the `tokenizers` crate.
+    Nfc,
+    /// `Replace(" ", "▁")`, after `Prepend("▁")` (of a non-empty text) when `prepend`.
+    SpacesToMeta { prepend: bool },
+}
+
+/// How `Metaspace` prefixes a `▁`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prepend {
+    Always,
+    First,
+    Never,
+}
+
+/// The pre-tokenizers the native core runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PreTokenizer {
+    /// `Split` regexes applied one after the other, then `ByteLevel` without its own regex.
+    ByteLevel(Vec<Pattern>),
+    /// `Metaspace` without splitting: spaces become `▁`, and a `▁` may be prefixed.
+    Metaspace(Prepend),
+    /// Nothing (the text reaches the model as it is, `▁`s already in place).
+    Whole,
+}
+
+/// chatids' BPE core for one tokenizer.
+pub struct NativeBpe {
+    raw_tokens: Option<Matcher>,
+    normalized_tokens: Option<Matcher>,
+    normalizer: Normalizer,
+    pre_tokenizer: PreTokenizer,
+    model: BpeModel,
+    /// SentencePiece-style models: where texts may be cut into words (`None`: never).
+    cutter: Option<WordCutter>,
+    /// This model's word caches (one per thread).
+    cache_key: u64,
+    description: String,
+}
+
+static NEXT_CACHE_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// A place to put ids, and optionally where each token starts in the caller's text.
+struct Out<'a> {
+    ids: &'a mut Vec<u32>,
+    starts: Option<&'a mut Vec<usize>>,
+}
+
+impl NativeBpe {
+    /// The native core for `tokenizer`, or why it cannot reproduce it.
+    pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<Self, String> {
+        let json = tokenizer
+            .to_string(false)
+            .map_err(|e| format!("cannot serialize the tokenizer: {e}"))?;
+        let config: Value =
+            serde_json::from_str(&json).map_err(|e| format!("cannot read the tokenizer: {e}"))?;
+        let normalizer = read_normalizer(&config["normalizer"])?;
+        let (pre_tokenizer, units) = read_pre_tokenizer(&config["pre_tokenizer"], normalizer)?;
+        let model = read_model(&config["model"], units)?;
+        let (raw_tokens, normalized_tokens) = read_added_tokens(&config["added_tokens"], tokenizer)?;
+        let cutter = match units {
+            Units::Bytes => None,
+            Units::Chars => {
+                let unk: Vec<u8> = config["model"]["unk_token"]
+                    .as_str()
+                    .map(|s| s.as_bytes().to_vec())
+                    .unwrap_or_default();
+                WordCutter::new(model.vocab_texts(), |t| {
+                    contains(t, b"<0x") || (!unk.is_empty() && contains(t, &unk))
+                })
+            }
+        };
+        let description = match &pre_tokenizer {
+            PreTokenizer::ByteLevel(patterns) => format!(
+                "byte-level BPE, pre-tokenizer {}{}",
+                patterns.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>().join(" + "),
+                if normalizer == Normalizer::Nfc {
+                    ", NFC; text that is not already NFC goes to the tokenizers crate"
+                } else {
+                    ""
+                }
+            ),
+            PreTokenizer::Metaspace(p) => format!("SentencePiece-style BPE (Metaspace, prepend {p:?})"),
+            PreTokenizer::Whole => "SentencePiece-style BPE (spaces to ▁ by the normalizer)".to_string(),
+        };
+        unicode::warm_up();
+        Ok(NativeBpe {
+            raw_tokens,
+            normalized_tokens,
+            normalizer,
+            pre_tokenizer,
+            model,
+            cutter,
+            cache_key: NEXT_CACHE_KEY.fetch_add(1, Ordering::Relaxed),
+            description,
+        })
+    }
+
+    /// What runs, in a few words (for `Encoder::explain`).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Whether the native core encodes `text` itself (else the caller uses the crate): false
+    /// only for text an NFC normalizer would change.
+    #[inline]
+    pub fn handles(&self, text: &str) -> bool {
+        self.normalizer != Normalizer::Nfc
+            || text.is_ascii()
+            || is_nfc_quick(text.chars()) == IsNormalized::Yes
+    }
+
+    /// Append the ids of `text` (which [`NativeBpe::handles`]).
+    pub fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) {
+        self.run(text, options, Out { ids, starts: None });
+    }
+
+    /// Append the ids of `text` and where each token starts in it (byte offsets).
+    pub fn encode_with_starts(
+        &self,
+        text: &str,
+        options: TextOptions,
+        ids: &mut Vec<u32>,
+        starts: &mut Vec<usize>,
+    ) {
+        self.run(
+            text,
+            options,
+            Out {
+                ids,
+                starts: Some(starts),
+            },
+        );
+    }
+
+    fn run(&self, text: &str, options: TextOptions, mut out: Out<'_>) {
+        if text.is_empty() {
+            return;
+        }
+        cache::with(self.cache_key, |words, buffers| {
+            let mut ctx = Context {
+                bpe: self,
+                options,
+                words,
+                buffers,
+            };
+            match &self.raw_tokens {
+                Some(m) if options.added_tokens && m.occurs_in(text) => {
+                    m.split(text, &mut |part| match part {
+                        Part::Text(a, b) => ctx.normalize(&text[a..b], a, &mut out),
+                        Part::Token(id, a, _) => out.token(id, a),
+                    })
+                }
+                _ => ctx.normalize(text, 0, &mut out),
+            }
+        });
+    }
+}
+
+impl Out<'_> {
+    #[inline]
+    fn token(&mut self, id: u32, start: usize) {
+        self.ids.push(id);
+        if let Some(s) = self.starts.as_deref_mut() {
+            s.push(start);
+        }
+    }
+
+    #[inline]
+    fn wants_starts(&self) -> bool {
+        self.starts.is_some()
+    }
+}
+
+/// Where the bytes of a transformed text were in the caller's text.
+#[derive(Clone, Copy)]
+enum Origin<'t> {
+    /// Byte `i` was at `base + i`.
+    Shift(usize),
+    /// Byte `i` came from offset `table[i]` (only built when offsets are asked for).
+    Table(&'t [usize]),
+}
+
+impl<'t> Origin<'t> {
+    #[inline]
+    fn at(self, i: usize) -> usize {
+        match self {
+            Origin::Shift(base) => base + i,
+            Origin::Table(t) => t.get(i).copied().unwrap_or(0),
+        }
+    }
+
+    #[inline]
+    fn from(self, i: usize) -> Origin<'t> {
+        match self {
+            Origin::Shift(base) => Origin::Shift(base + i),
+            Origin::Table(t) => Origin::Table(t.get(i..).unwrap_or(&[])),
+        }
+    }
+}
+
+/// One encode call's view of the model and this thread's buffers.
+struct Context<'a> {
+    bpe: &'a NativeBpe,
+    options: TextOptions,
+    words: &'a mut cache::WordCache,
+    buffers: &'a mut cache::Buffers,
+}
+
+impl Context<'_> {
+    /// Normalize a stretch between raw added tokens (at `base` in the caller's text), find
+    /// the normalized added tokens in it, and pre-tokenize the rest.
+    fn normalize(&mut self, text: &str, base: usize, out: &mut Out<'_>) {
+        match self.bpe.normalizer {
+            Normalizer::Identity | Normalizer::Nfc => {
+                self.find_normalized_tokens(text, Origin::Shift(base), out)
+            }
+            Normalizer::SpacesToMeta { prepend } => {
+                let mut normalized = std::mem::take(&mut self.buffers.normalized);
+                let mut origins = std::mem::take(&mut self.buffers.normalized_origins);
+                let offsets = out.wants_starts().then_some(&mut origins);
+                spaces_to_meta(text, base, prepend, &mut normalized, offsets);
+                let origin = if out.wants_starts() {
+                    Origin::Table(&origins)
+                } else {
+                    Origin::Shift(0)
+                };
+                self.find_normalized_tokens(&normalized, origin, out);
+                self.buffers.normalized = normalized;
+                self.buffers.normalized_origins = origins;
+            }
+        }
+    }
+
+    fn find_normalized_tokens(&mut self, text: &str, origin: Origin<'_>, out: &mut Out<'_>) {
+        match &self.bpe.normalized_tokens {
+            Some(m) if self.options.added_tokens && m.occurs_in(text) => {
+                m.split(text, &mut |part| match part {
+                    Part::Text(a, b) => self.pre_tokenize(&text[a..b], origin.from(a), out),
+                    Part::Token(id, a, _) => out.token(id, origin.at(a)),
+                })
+            }
+            _ => self.pre_tokenize(text, origin, out),
+        }
+    }
+
+    /// Pre-tokenize one normalized piece and encode its words.
+    fn pre_tokenize(&mut self, text: &str, origin: Origin<'_>, out: &mut Out<'_>) {
+        match &self.bpe.pre_tokenizer {
+            PreTokenizer::ByteLevel(patterns) => self.split(patterns, text, origin, out),
+            PreTokenizer::Whole => self.sentencepiece_text(text.as_bytes(), origin, out),
+            PreTokenizer::Metaspace(scheme) => {
+                let prefix = match scheme {
+                    Prepend::Always => true,
+                    Prepend::First => self.options.at_start && origin.at(0) == 0,
+                    Prepend::Never => false,
+                };
+                let mut replaced = std::mem::take(&mut self.buffers.pre_tokenized);
+                let mut origins = std::mem::take(&mut self.buffers.pre_tokenized_origins);
+                replaced.clear();
+                origins.clear();
+                if prefix && !text.starts_with(' ') && !text.starts_with('\u{2581}') {
+                    replaced.push('\u{2581}');
+                    if out.wants_starts() {
+                        origins.extend([origin.at(0); 3]);
+                    }
+                }
+                for (i, piece) in text.split(' ').enumerate() {
+                    if i > 0 {
+                        replaced.push('\u{2581}');
+                    }
+                    replaced.push_str(piece);
+                }
+                if out.wants_starts() {
+                    for (i, b) in text.bytes().enumerate() {
+                        let n = if b == b' ' { 3 } else { 1 };
+                        origins.extend(std::iter::repeat_n(origin.at(i), n));
+                    }
+                }
+                let origin = if out.wants_starts() {
+                    Origin::Table(&origins)
+                } else {
+                    Origin::Shift(0)
+                };
+                self.sentencepiece_text(replaced.as_bytes(), origin, out);
+                self.buffers.pre_tokenized = replaced;
+                self.buffers.pre_tokenized_origins = origins;
+            }
+        }
+    }
+
+    /// Apply the `Split` patterns one after the other; each piece of the last is a word.
+    fn split(&mut self, patterns: &[Pattern], text: &str, origin: Origin<'_>, out: &mut Out<'_>) {
+        match patterns {
+            [] => self.word(text.as_bytes(), origin, out),
+            [only] => only.split(text, 0, &mut |a, b| {
+                self.word(&text.as_bytes()[a..b], origin.from(a), out)
+            }),
+            [first, rest @ ..] => first.split(text, 0, &mut |a, b| {
+                self.split(rest, &text[a..b], origin.from(a), out)
+            }),
+        }
+    }
+
+    /// A SentencePiece-style text, which the model sees whole: cut into words where that
+    /// changes nothing ([`WordCutter`]).
+    fn sentencepiece_text(&mut self, text: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
+        let bpe = self.bpe;
+        if bpe.model.ignore_merges {
+            if let Some(id) = bpe.model.token_id(text) {
+                out.token(id, origin.at(0));
+                return;
+            }
+        }
+        match &bpe.cutter {
+            Some(cutter) => cutter.cut(text, &mut |a, b| self.word(&text[a..b], origin.from(a), out)),
+            None => self.word(text, origin, out),
+        }
+    }
+
+    /// One word through the cache and the model.
+    #[inline]
+    fn word(&mut self, word: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
+        let model = &self.bpe.model;
+        if model.ignore_merges {
+            if let Some(id) = model.token_id(word) {
+                out.token(id, origin.at(0));
+                return;
+            }
+        }
+        if let Some((ids, lens)) = self.words.get(word) {
+            emit(ids, lens, word, origin, out);
+            return;
+        }
+        let b = &mut *self.buffers;
+        b.ids.clear();
+        b.lens.clear();
+        model.encode_word(word, &mut b.bpe, &mut b.ids, &mut b.lens);
+        self.words.insert(word, &b.ids, &b.lens);
+        emit(&b.ids, &b.lens, word, origin, out);
+    }
+}
+
+/// Append a word's ids, and where its tokens start when asked.
+#[inline]
+fn emit(ids: &[u32], lens: &[u32], word: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
+    out.ids.extend_from_slice(ids);
+    if let Some(starts) = out.starts.as_deref_mut() {
+        let mut at = 0usize;
+        for &len in lens {
+            // A token that starts inside a character (a byte-level or byte-fallback piece of
+            // it) starts where the character does, as the crate's offsets say.
+            let mut first = at;
+            while first > 0 && (word[first] & 0xC0) == 0x80 {
+                first -= 1;
+            }
+            starts.push(origin.at(first));
+            at += len as usize;
+        }
+    }
+}
+
+/// `Replace(" ", "▁")`, after `Prepend("▁")` of a non-empty text when `prepend`; with the
+/// origin of each output byte when `origins` is given (a prefix comes from the text's start).
+fn spaces_to_meta(text: &str, base: usize, prepend: bool, out: &mut String, origins: Option<&mut Vec<usize>>) {
+    out.clear();
+    if prepend && !text.is_empty() {
+        out.push('\u{2581}');
+    }
+    for (i, piece) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push('\u{2581}');
+        }
+        out.push_str(piece);
+    }
+    if let Some(origins) = origins {
+        origins.clear();
+        if prepend && !text.is_empty() {
+            origins.extend([base; 3]);
+        }
+        for (i, b) in text.bytes().enumerate() {
+            let n = if b == b' ' { 3 } else { 1 };
+            origins.extend(std::iter::repeat_n(base + i, n));
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The normalizer of a tokenizer.json, if the native core runs it.
+fn read_normalizer(n: &Value) -> Result<Normalizer, String> {
+    let is_space_to_meta = |n: &Value| {
+        n["type"] == "Replace" && n["pattern"]["String"] == " " && n["content"] == "\u{2581}"
+    };
+    let is_prepend_meta = |n: &Value| n["type"] == "Prepend" && n["prepend"] == "\u{2581}";
+    match n {
+        Value::Null => Ok(Normalizer::Identity),
+        n if n["type"] == "NFC" => Ok(Normalizer::Nfc),
+        n if is_space_to_meta(n) => Ok(Normalizer::SpacesToMeta { prepend: false }),
+        n if n["type"] == "Sequence" => {
+            let list = n["normalizers"].as_array().map(Vec::as_slice).unwrap_or_default();
+            match list {
+                [] => Ok(Normalizer::Identity),
+                [one] => read_normalizer(one),
+                [a, b] if is_prepend_meta(a) && is_space_to_meta(b) => {
+                    Ok(Normalizer::SpacesToMeta { prepend: true })
+                }
+                [a, b] if is_space_to_meta(a) && is_prepend_meta(b) => {
+                    Ok(Normalizer::SpacesToMeta { prepend: true })
+                }
+                _ => Err(format!("normalizer sequence {n} is not supported")),
+            }
+        }
+        other => Err(format!("normalizer {} is not supported", other["type"])),
+    }
+}
+
+/// The pre-tokenizer of a tokenizer.json, if the native core runs it, and the model units it
+/// implies.
+fn read_pre_tokenizer(p: &Value, normalizer: Normalizer) -> Result<(PreTokenizer, Units), String> {
+    let byte_level_ok = |b: &Value| {
+        b["type"] == "ByteLevel" && b["add_prefix_space"] == false && b["use_regex"] == false
+    };
+    let split = |s: &Value| -> Result<Pattern, String> {
+        if s["type"] != "Split" || s["behavior"] != "Isolated" || s["invert"] != false {
+            return Err(format!("pre-tokenizer {s} is not supported"));
+        }
+        let regex = s["pattern"]["Regex"]
+            .as_str()
+            .ok_or_else(|| format!("Split pattern {} is not supported", s["pattern"]))?;
+        Pattern::from_regex(regex).ok_or_else(|| format!("Split regex {regex:?} has no native scanner"))
+    };
+    let spaces_removed = matches!(normalizer, Normalizer::SpacesToMeta { .. });
+    match p {
+        Value::Null if spaces_removed => Ok((PreTokenizer::Whole, Units::Chars)),
+        p if p["type"] == "Metaspace" && normalizer == Normalizer::Identity => {
+            if p["replacement"] != "\u{2581}" || p["split"] != false {
+                return Err(format!("Metaspace {p} is not supported"));
+            }
+            let scheme = match p["prepend_scheme"].as_str() {
+                Some("always") => Prepend::Always,
+                Some("first") => Prepend::First,
+                Some("never") => Prepend::Never,
+                _ => return Err(format!("Metaspace {p} is not supported")),
+            };
+            Ok((PreTokenizer::Metaspace(scheme), Units::Chars))
+        }
+        // Gemma: after Replace(" ", "▁") no space is left for Split(" ") to cut at.
+        p if spaces_removed
+            && p["type"] == "Split"
+            && p["pattern"]["String"] == " "
+            && p["invert"] == false =>
+        {
+            Ok((PreTokenizer::Whole, Units::Chars))
+        }
+        p if byte_level_ok(p) && !spaces_removed => Ok((PreTokenizer::ByteLevel(Vec::new()), Units::Bytes)),
+        p if p["type"] == "Sequence" && !spaces_removed => {
+            let list = p["pretokenizers"].as_array().map(Vec::as_slice).unwrap_or_default();
+            match list.split_last() {
+                Some((last, splits)) if byte_level_ok(last) => {
+                    let patterns = splits.iter().map(split).collect::<Result<Vec<_>, _>>()?;
+                    Ok((PreTokenizer::ByteLevel(patterns), Units::Bytes))
+                }
+                _ => Err(format!("pre-tokenizer sequence {p} is not supported")),
+            }
+        }
+        other => Err(format!("pre-tokenizer {} is not supported with this normalizer", other["type"])),
+    }
+}
+
+/// GPT-2's byte-to-character table: the character each byte is written as in a byte-level
+/// vocabulary.
+fn byte_level_chars() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut next = 256u32;
+    for b in 0..=255u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        table[b as usize] = if printable {
+            char::from(b)
+        } else {
+            let c = char::from_u32(next).expect("below the surrogates");
+            next += 1;
+            c
+        };
+    }
+    table
+}
+
+/// The BPE model of a tokenizer.json.
+fn read_model(m: &Value, units: Units) -> Result<BpeModel, String> {
+    if m["type"] != "BPE" {
+        return Err(format!("model {} is not supported", m["type"]));
+    }
+    if !(m["dropout"].is_null() || m["dropout"] == 0.0) {
+        return Err("BPE dropout is not supported".into());
+    }
+    for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
+        if !(m[key].is_null() || m[key] == "") {
+            return Err(format!("BPE {key} is not supported"));
+        }
+    }
+    let to_units = |token: &str| -> Option<Vec<u8>> {
+        match units {
+            Units::Chars => Some(token.as_bytes().to_vec()),
+            Units::Bytes => {
+                static DECODE: std::sync::LazyLock<rustc_hash::FxHashMap<char, u8>> =
+                    std::sync::LazyLock::new(|| {
+                        byte_level_chars()
+                            .iter()
+                            .enumerate()
+                            .map(|(b, &c)| (c, b as u8))
+                            .collect()
+                    });
+                token.chars().map(|c| DECODE.get(&c).copied()).collect()
+            }
+        }
+    };
+    let vocab_json = m["vocab"].as_object().ok_or("the BPE vocabulary is missing")?;
+    let mut vocab = Vec::with_capacity(vocab_json.len());
+    for (token, id) in vocab_json {
+        let id = id.as_u64().ok_or("a vocabulary id is not a number")? as u32;
+        // Tokens with characters outside the byte alphabet can never come out of text.
+        if let Some(bytes) = to_units(token) {
+            vocab.push((bytes, id));
+        }
+    }
+    let merges_json = m["merges"].as_array().ok_or("the BPE merges are missing")?;
+    let mut merges = Vec::with_capacity(merges_json.len());
+    for merge in merges_json {
+        let (a, b) = match merge {
+            Value::String(s) => {
+                let mut parts = s.split(' ');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(a), Some(b), None) => (a.to_string(), b.to_string()),
+                    _ => return Err(format!("merge {s:?} is not two tokens")),
+                }
+            }
+            Value::Array(pair) if pair.len() == 2 => (
+                pair[0].as_str().ok_or("a merge is not text")?.to_string(),
+                pair[1].as_str().ok_or("a merge is not text")?.to_string(),
+            ),
+            other => return Err(format!("merge {other} is not supported")),
+        };
+        match (to_units(&a), to_units(&b)) {
+            (Some(a), Some(b)) => merges.push((a, b)),
+            _ => continue,
+        }
+    }
+    BpeModel::new(BpeConfig {
+        units,
+        vocab,
+        merges,
+        byte_fallback: m["byte_fallback"] == true,
+        unk_token: m["unk_token"].as_str().map(|s| s.as_bytes().to_vec()),
+        fuse_unk: m["fuse_unk"] == true,
+        ignore_merges: m["ignore_merges"] == true,
+    })
+}
+
+/// The added tokens, split into those matched in raw text and those matched (by their
+/// normalized text, as the tokenizer's normalizer makes it) in normalized text.
+fn read_added_tokens(list: &Value, tokenizer: &Tokenizer) -> Result<(Option<Matcher>, Option<Matcher>), String> {
+    let flag = |t: &Value, k: &str| t[k] == true;
+    let mut raw = (Vec::new(), Vec::new());
+    let mut normalized = (Vec::new(), Vec::new());
+    for t in list.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let content = t["content"].as_str().ok_or("an added token has no content")?;
+        if content.is_empty() {
+            continue;
+        }
+        let token = AddedToken {
+            id: t["id"].as_u64().ok_or("an added token has no id")? as u32,
+            content: content.to_string(),
+            single_word: flag(t, "single_word"),
+            lstrip: flag(t, "lstrip"),
+            rstrip: flag(t, "rstrip"),
+            normalized: flag(t, "normalized"),
+        };
+        if token.normalized {
+            let pattern = match tokenizer.get_normalizer() {
+                Some(n) => {
+                    let mut s = NormalizedString::from(content);
+                    n.normalize(&mut s).map_err(|e| e.to_string())?;
+                    s.get().to_string()
+                }
+                None => content.to_string(),
+            };
+            normalized.1.push(pattern);
+            normalized.0.push(token);
+        } else {
+            raw.1.push(content.to_string());
+            raw.0.push(token);
+        }
+    }
+    Ok((Matcher::new(raw.0, raw.1)?, Matcher::new(normalized.0, normalized.1)?))
+}
+
+#[cfg(test)]
+mod tests;

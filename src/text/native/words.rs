@@ -1,0 +1,129 @@
+//! Where a SentencePiece-style text (spaces already `▁`) may be cut into words.
+//!
+//! These tokenizers hand the BPE model a whole text as one word. A merge can only join two
+//! symbols into a token of the vocabulary, so no merge ever crosses the boundary between a
+//! character and a following `▁` unless some token holds such a pair (`x▁`). When the
+//! vocabulary has none, merging the words between those boundaries one by one gives exactly
+//! the ids of merging the whole text, and short words repeat, so they can be cached. When it
+//! has some (Gemma 3 has `>▁</`), a boundary is kept whole wherever one of them occurs in the
+//! text across it.
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+
+/// `▁` (U+2581) in UTF-8.
+pub const META: &[u8] = "\u{2581}".as_bytes();
+
+/// Cuts texts into independently mergeable words.
+pub struct WordCutter {
+    /// The tokens holding a `▁` right after another character, if any.
+    crossing: Option<AhoCorasick>,
+}
+
+impl WordCutter {
+    /// A cutter for a vocabulary; `None` if no cut is safe (some token that holds `x▁` is
+    /// made of byte-fallback or unknown tokens, whose text is not the text they stand for).
+    pub fn new<'a>(tokens: impl Iterator<Item = &'a [u8]>, opaque: impl Fn(&[u8]) -> bool) -> Option<Self> {
+        let mut crossing: Vec<&[u8]> = Vec::new();
+        for t in tokens {
+            if holds_meta_after_other(t) {
+                if opaque(t) {
+                    return None;
+                }
+                crossing.push(t);
+            }
+        }
+        let crossing = if crossing.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::Standard)
+                    .build(&crossing)
+                    .ok()?,
+            )
+        };
+        Some(WordCutter { crossing })
+    }
+
+    /// Call `emit` with the byte ranges of the words of `text`, in order.
+    #[inline]
+    pub fn cut(&self, text: &[u8], emit: &mut impl FnMut(usize, usize)) {
+        let blocked = match &self.crossing {
+            Some(ac) if ac.is_match(text) => {
+                let mut spans: Vec<(usize, usize)> = ac
+                    .find_overlapping_iter(text)
+                    .map(|m| (m.start(), m.end()))
+                    .collect();
+                spans.sort_unstable();
+                Some(spans)
+            }
+            _ => None,
+        };
+        let is_blocked = |p: usize| {
+            blocked
+                .as_ref()
+                .is_some_and(|spans| spans.iter().any(|&(a, b)| a < p && p < b))
+        };
+        let mut start = 0;
+        let mut pos = 0;
+        let mut prev_meta = true;
+        while pos < text.len() {
+            if text[pos..].starts_with(META) {
+                if !prev_meta && !is_blocked(pos) {
+                    emit(start, pos);
+                    start = pos;
+                }
+                prev_meta = true;
+                pos += META.len();
+            } else {
+                prev_meta = false;
+                pos += 1;
+                while pos < text.len() && (text[pos] & 0xC0) == 0x80 {
+                    pos += 1;
+                }
+            }
+        }
+        if start < text.len() {
+            emit(start, text.len());
+        }
+    }
+}
+
+/// Whether `token` holds `▁` right after another character.
+fn holds_meta_after_other(token: &[u8]) -> bool {
+    let mut pos = 0;
+    let mut prev_other = false;
+    while pos < token.len() {
+        if token[pos..].starts_with(META) {
+            if prev_other {
+                return true;
+            }
+            pos += META.len();
+        } else {
+            prev_other = true;
+            pos += 1;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cutter: &WordCutter, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        cutter.cut(text.as_bytes(), &mut |a, b| out.push(text[a..b].to_string()));
+        out
+    }
+
+    #[test]
+    fn cuts_before_each_run_of_meta_unless_a_token_spans_it() {
+        let plain = WordCutter::new(["▁a", "▁▁"].iter().map(|s| s.as_bytes()), |_| false).unwrap();
+        assert_eq!(words(&plain, "▁Hello▁▁world▁"), ["▁Hello", "▁▁world", "▁"]);
+        assert_eq!(words(&plain, "ab"), ["ab"]);
+        let gemma = WordCutter::new([">▁</"].iter().map(|s| s.as_bytes()), |_| false).unwrap();
+        assert_eq!(words(&gemma, "▁<b>▁</b>▁x"), ["▁<b>▁</b>", "▁x"]);
+        assert!(WordCutter::new(["<0x41>▁"].iter().map(|s| s.as_bytes()), |t| t.starts_with(b"<0x")).is_none());
+    }
+}
