@@ -11,7 +11,7 @@ RESULTS := target/results
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-cli bench-serving clean
+.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving fuzz fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -30,8 +30,19 @@ example: develop
 ## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, benchmarks once).
 test: develop test-rust test-python bench-quick
 
-test-rust:
+test-rust: fuzz-build
 	cargo test --quiet
+
+## Build the fuzz target (keeps it compiling; `make fuzz` runs it).
+fuzz-build:
+	cargo check --quiet --manifest-path fuzz/Cargo.toml
+
+FUZZ_SECONDS ?= 1800
+## Fuzz the native BPE core against the tokenizers crate (needs `cargo install cargo-fuzz`).
+fuzz: develop
+	$(PY) fuzz/seed.py 40
+	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none native_bpe corpus/native_bpe -- \
+	  -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -rss_limit_mb=8000 -print_final_stats=1
 
 test-python: develop
 	mkdir -p $(RESULTS)
@@ -48,7 +59,7 @@ conformance-full: develop
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
 	  $(PY) -m pytest tests/test_conformance.py tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py \
 	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py tests/test_masks.py \
-	  tests/test_session.py -q -s
+	  tests/test_session.py tests/test_native_bpe.py -q -s
 
 ## Only the generic (Jinja) path on every conversation of the corpus, for every shared checkpoint.
 conformance-generic: develop
@@ -67,6 +78,12 @@ bench-serving: develop
 	mkdir -p $(RESULTS)
 	$(PY) -m pytest benches/test_bench_serving.py -q --benchmark-json=$(RESULTS)/bench-serving.json
 	$(PY) benches/report.py $(RESULTS)/bench-serving.json --update BENCHMARKS.md
+
+## The text encoders alone (native BPE core, tokenizers crate, tiktoken); writes their tables into BENCHMARKS.md.
+bench-bpe: develop
+	mkdir -p $(RESULTS)
+	$(PY) -m pytest benches/test_bench_bpe.py -q --benchmark-json=$(RESULTS)/bench-bpe.json
+	$(PY) benches/report.py $(RESULTS)/bench-bpe.json --update BENCHMARKS.md
 
 ## Full benchmarks; writes the ratios into BENCHMARKS.md.
 bench: develop

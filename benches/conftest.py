@@ -69,6 +69,12 @@ class Bench:
         path = Path(base) / directory
         self.name = name
         self.enc = chatids.Encoder.from_pretrained(path, format=forced or None)
+        # The same encoder on the tokenizers crate instead of chatids' native BPE core.
+        os.environ["CHATIDS_TEXT_ENCODER"] = "tokenizers"
+        try:
+            self.enc_crate = chatids.Encoder.from_pretrained(path, format=forced or None)
+        finally:
+            del os.environ["CHATIDS_TEXT_ENCODER"]
         self.tok = AutoTokenizer.from_pretrained(str(path))
         self.kwargs = {"date_string": "26 Jul 2024"} if self.enc.format.startswith("llama-3.") else {}
         if self.enc.reads_clock:  # same date on both sides (transformers reads the real clock here)

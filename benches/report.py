@@ -39,6 +39,14 @@ LABELS = {
     "test_to_padded_chatids": "`Batch.to_padded`",
     "test_to_padded_python_loop": "numpy, one row at a time",
     "test_cli_chatids": "`chatids encode FILE --out ...` (end to end, subprocess)",
+    "test_batch_chatids_tokenizers_crate": "chatids `Encoder.encode_batch` on the tokenizers crate (`CHATIDS_TEXT_ENCODER=tokenizers`)",
+    "test_bpe_chatids": "chatids native BPE core (1 thread)",
+    "test_bpe_tokenizers_crate": "tokenizers crate, same pipeline (1 thread)",
+    "test_bpe_tiktoken": "tiktoken `encode_ordinary` per text (1 thread)",
+    "test_bpe_cold_chatids": "chatids native BPE core, fresh encoder (1 thread)",
+    "test_bpe_cold_tokenizers_crate": "tokenizers crate, fresh encoder (1 thread)",
+    "test_bpe_long_chatids": "chatids native BPE core",
+    "test_bpe_long_tokenizers_crate": "tokenizers crate",
 }
 
 #: extra_info keys shown under a group's table, with their labels.
@@ -74,10 +82,11 @@ def tables(data: dict) -> str:
         ours = next(b for b in rows if b["name"].split("[")[0].endswith("chatids"))
         base = ours["stats"]["median"]
         info = ours.get("extra_info", {})
-        what = f"{info.get('conversations', '?')} conversations"
+        unit = info.get("unit", "conversations")
+        what = f"{info.get('conversations', '?')} {unit}"
         if "tokens" in info:
             what += f", {info['tokens']:,} tokens"
-        lines += ["", f"**{group}** ({what})", "", "| implementation | median | per conversation | chatids is faster by |", "|---|---|---|---|"]
+        lines += ["", f"**{group}** ({what})", "", f"| implementation | median | per {unit.rstrip('s')} | chatids is faster by |", "|---|---|---|---|"]
         for b in sorted(rows, key=lambda b: b["stats"]["median"]):
             name = b["name"].split("[")[0]
             med = b["stats"]["median"]

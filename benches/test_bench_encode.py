@@ -4,7 +4,8 @@ Llama 3.1, Qwen2.5, Llama 2, Mistral Nemo (tekken) and Gemma 3 tokenizers.
 * ``single-<model>``: encode 200 conversations one call at a time: ``Encoder.encode`` vs
   ``apply_chat_template(tokenize=True)`` (its default call, and with
   ``sanitize_control_tokens=True``, which is chatids' default).
-* ``batch-<model>``: 2,000 conversations: ``Encoder.encode_batch`` vs
+* ``batch-<model>``: 2,000 conversations: ``Encoder.encode_batch`` vs the same encoder on the
+  tokenizers crate instead of chatids' native BPE core (``CHATIDS_TEXT_ENCODER=tokenizers``) vs
   ``apply_chat_template`` on the list vs ``tokenizers.Tokenizer.encode_batch_fast`` of the
   already rendered strings (rendering not counted).
 
@@ -50,6 +51,14 @@ def test_batch_chatids(benchmark, bench_model):
     benchmark.group = f"batch-{bench_model.name}"
     benchmark.extra_info.update(conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
     _run(benchmark, lambda: bench_model.enc.encode_batch(bench_model.batch, **bench_model.kwargs), ROUNDS_BATCH)
+
+
+def test_batch_chatids_tokenizers_crate(benchmark, bench_model):
+    benchmark.group = f"batch-{bench_model.name}"
+    benchmark.extra_info.update(conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
+    enc = bench_model.enc_crate
+    assert enc.text_encoder == "tokenizers"
+    _run(benchmark, lambda: enc.encode_batch(bench_model.batch, **bench_model.kwargs), ROUNDS_BATCH)
 
 
 def test_batch_transformers(benchmark, bench_model):

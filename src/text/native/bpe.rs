@@ -19,10 +19,12 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
+use super::table::{InlineMap, Key, PairRanks};
+
 /// No id.
 pub const NONE: u32 = u32::MAX;
 /// Words of at most this many symbols merge by scanning their pairs.
-const SHORT_WORD: usize = 24;
+const SHORT_WORD: usize = 64;
 
 /// What the model's symbols are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,14 +40,18 @@ pub struct BpeModel {
     pub units: Units,
     /// Token bytes to id (for byte-level vocabularies, the raw bytes).
     vocab: FxHashMap<Box<[u8]>, u32>,
+    /// The same for tokens of at most 23 bytes, looked up without touching the heap.
+    short_vocab: InlineMap,
     /// Units::Bytes: the id of each single byte.
     byte_ids: [u32; 256],
     /// Units::Chars: the id of each character of the Basic Multilingual Plane (`NONE` if it
     /// is not a token), and of the others.
     bmp_ids: Vec<u32>,
     astral_ids: FxHashMap<u32, u32>,
-    /// `(left id, right id)` packed as `left << 32 | right`, to `rank << 32 | merged id`.
-    merges: FxHashMap<u64, u64>,
+    /// The rank of each mergeable pair of ids.
+    merges: PairRanks,
+    /// The id each rank's merge produces.
+    merged: Vec<u32>,
     /// The ids of `<0x00>` .. `<0xFF>` when byte fallback is on (`NONE` where missing).
     byte_fallback: Option<Box<[u32; 256]>>,
     unk: Option<u32>,
@@ -66,10 +72,10 @@ pub struct Symbol {
 #[derive(Default)]
 pub struct Scratch {
     symbols: Vec<Symbol>,
-    ranks: Vec<u64>,
+    ranks: Vec<u32>,
     prev: Vec<u32>,
     next: Vec<u32>,
-    heap: BinaryHeap<Reverse<(u32, u32, u32)>>,
+    heap: BinaryHeap<Reverse<(u32, u32)>>,
 }
 
 /// Everything needed to build a [`BpeModel`].
@@ -102,6 +108,12 @@ impl BpeModel {
         for (text, id) in &config.vocab {
             token_len[*id as usize] = text.len() as u32;
         }
+        let mut short_vocab = InlineMap::with_capacity(vocab.len());
+        for (text, &id) in &vocab {
+            if let Some(key) = Key::new(text) {
+                short_vocab.insert(key, u64::from(id));
+            }
+        }
         let mut byte_ids = [NONE; 256];
         let mut bmp_ids = Vec::new();
         let mut astral_ids = FxHashMap::default();
@@ -128,8 +140,8 @@ impl BpeModel {
                 }
             }
         }
-        let mut merges: FxHashMap<u64, u64> = FxHashMap::default();
-        merges.reserve(config.merges.len());
+        let mut merges: Vec<(u32, u32, u32)> = Vec::with_capacity(config.merges.len());
+        let mut merged: Vec<u32> = Vec::with_capacity(config.merges.len());
         let mut joined = Vec::new();
         for (rank, (a, b)) in config.merges.iter().enumerate() {
             let id = |t: &[u8]| {
@@ -144,8 +156,11 @@ impl BpeModel {
             joined.extend_from_slice(b);
             let new_id = id(&joined)?;
             // A later duplicate replaces an earlier one, as when the crate collects its map.
-            merges.insert(pack(a_id, b_id), (rank as u64) << 32 | u64::from(new_id));
+            merges.push((a_id, b_id, rank as u32));
+            merged.push(new_id);
         }
+        let merges = PairRanks::new(&merges, max_id, merged.len() as u32)
+            .ok_or("the vocabulary and the merges are too large to pack")?;
         let byte_fallback = if config.byte_fallback {
             let mut ids = Box::new([NONE; 256]);
             for (b, slot) in ids.iter_mut().enumerate() {
@@ -168,10 +183,12 @@ impl BpeModel {
         Ok(BpeModel {
             units: config.units,
             vocab,
+            short_vocab,
             byte_ids,
             bmp_ids,
             astral_ids,
             merges,
+            merged,
             byte_fallback,
             unk,
             fuse_unk: config.fuse_unk,
@@ -183,12 +200,19 @@ impl BpeModel {
     /// The id of a whole word, if the vocabulary has it.
     #[inline]
     pub fn token_id(&self, word: &[u8]) -> Option<u32> {
-        self.vocab.get(word).copied()
+        self.token_id_keyed(word, Key::new(word))
     }
 
-    /// Whether some token with a merge reaching it holds `inner` at a position where it spans a
-    /// cut between `left_end` and `right_start` characters; used to decide where long texts may
-    /// be cut into words ([`super::metaspace`]).
+    /// [`BpeModel::token_id`] with the word's key already made (`None` for long words).
+    #[inline]
+    pub fn token_id_keyed(&self, word: &[u8], key: Option<Key>) -> Option<u32> {
+        match key {
+            Some(k) => self.short_vocab.get(k).map(|id| id as u32),
+            None => self.vocab.get(word).copied(),
+        }
+    }
+
+    /// The texts of all tokens (to find where texts may be cut into words, [`super::words`]).
     pub fn vocab_texts(&self) -> impl Iterator<Item = &[u8]> {
         self.vocab.keys().map(|k| &**k)
     }
@@ -205,17 +229,11 @@ impl BpeModel {
         self.token_len.get(id as usize).copied().unwrap_or(0)
     }
 
-    /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens`.
+    /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens` (the
+    /// merges; `ignore_merges` is the caller's to check first).
     pub fn encode_word(&self, word: &[u8], scratch: &mut Scratch, ids: &mut Vec<u32>, lens: &mut Vec<u32>) {
         if word.is_empty() {
             return;
-        }
-        if self.ignore_merges {
-            if let Some(id) = self.token_id(word) {
-                ids.push(id);
-                lens.push(word.len() as u32);
-                return;
-            }
         }
         let mut symbols = std::mem::take(&mut scratch.symbols);
         symbols.clear();
@@ -286,20 +304,21 @@ impl BpeModel {
         }
     }
 
+    /// The rank of merging the pair, or `u32::MAX` if it does not merge.
     #[inline]
-    fn merge_of(&self, left: u32, right: u32) -> u64 {
-        self.merges.get(&pack(left, right)).copied().unwrap_or(u64::MAX)
+    fn rank_of(&self, left: u32, right: u32) -> u32 {
+        self.merges.get(left, right).unwrap_or(u32::MAX)
     }
 
     /// Merge a short word: find the lowest-ranked pair, leftmost first, merge, repeat.
-    fn merge_short(&self, symbols: &mut Vec<Symbol>, ranks: &mut Vec<u64>) {
+    fn merge_short(&self, symbols: &mut Vec<Symbol>, ranks: &mut Vec<u32>) {
         if symbols.len() < 2 {
             return;
         }
         ranks.clear();
-        ranks.extend(symbols.windows(2).map(|w| self.merge_of(w[0].id, w[1].id)));
+        ranks.extend(symbols.windows(2).map(|w| self.rank_of(w[0].id, w[1].id)));
         loop {
-            let mut best = u64::MAX;
+            let mut best = u32::MAX;
             let mut at = 0;
             for (i, &r) in ranks.iter().enumerate() {
                 if r < best {
@@ -307,27 +326,28 @@ impl BpeModel {
                     at = i;
                 }
             }
-            if best == u64::MAX {
+            if best == u32::MAX {
                 break;
             }
             let merged = Symbol {
-                id: best as u32,
+                id: self.merged[best as usize],
                 len: symbols[at].len + symbols[at + 1].len,
             };
             symbols[at] = merged;
             symbols.remove(at + 1);
             ranks.remove(at);
             if at + 1 < symbols.len() {
-                ranks[at] = self.merge_of(merged.id, symbols[at + 1].id);
+                ranks[at] = self.rank_of(merged.id, symbols[at + 1].id);
             }
             if at > 0 {
-                ranks[at - 1] = self.merge_of(symbols[at - 1].id, merged.id);
+                ranks[at - 1] = self.rank_of(symbols[at - 1].id, merged.id);
             }
         }
     }
 
     /// Merge a long word with a heap of candidate merges ordered by (rank, position), skipping
-    /// candidates that no longer apply, as `Word::merge_all` does.
+    /// candidates that no longer apply, as `Word::merge_all` does (a candidate applies if the
+    /// pair now at its position still merges into the same token).
     fn merge_long(&self, symbols: &mut Vec<Symbol>, scratch: &mut Scratch) {
         let n = symbols.len();
         let (prev, next, heap) = (&mut scratch.prev, &mut scratch.next, &mut scratch.heap);
@@ -337,12 +357,12 @@ impl BpeModel {
         prev.extend((0..n as u32).map(|i| i.wrapping_sub(1)));
         next.extend(1..=n as u32);
         for i in 0..n - 1 {
-            let m = self.merge_of(symbols[i].id, symbols[i + 1].id);
-            if m != u64::MAX {
-                heap.push(Reverse(((m >> 32) as u32, i as u32, m as u32)));
+            let r = self.rank_of(symbols[i].id, symbols[i + 1].id);
+            if r != u32::MAX {
+                heap.push(Reverse((r, i as u32)));
             }
         }
-        while let Some(Reverse((_, pos, new_id))) = heap.pop() {
+        while let Some(Reverse((rank, pos))) = heap.pop() {
             let pos = pos as usize;
             if symbols[pos].len == 0 {
                 continue;
@@ -351,9 +371,12 @@ impl BpeModel {
             if right >= n {
                 continue;
             }
-            // A candidate is current if its pair still merges into the same token.
-            let m = self.merge_of(symbols[pos].id, symbols[right].id);
-            if m == u64::MAX || m as u32 != new_id {
+            let current = self.rank_of(symbols[pos].id, symbols[right].id);
+            if current == u32::MAX {
+                continue;
+            }
+            let new_id = self.merged[rank as usize];
+            if current != rank && self.merged[current as usize] != new_id {
                 continue;
             }
             symbols[pos].id = new_id;
@@ -365,26 +388,21 @@ impl BpeModel {
             }
             let before = prev[pos];
             if before != u32::MAX {
-                let m = self.merge_of(symbols[before as usize].id, new_id);
-                if m != u64::MAX {
-                    heap.push(Reverse(((m >> 32) as u32, before, m as u32)));
+                let r = self.rank_of(symbols[before as usize].id, new_id);
+                if r != u32::MAX {
+                    heap.push(Reverse((r, before)));
                 }
             }
             let after = next[pos] as usize;
             if after < n {
-                let m = self.merge_of(new_id, symbols[after].id);
-                if m != u64::MAX {
-                    heap.push(Reverse(((m >> 32) as u32, pos as u32, m as u32)));
+                let r = self.rank_of(new_id, symbols[after].id);
+                if r != u32::MAX {
+                    heap.push(Reverse((r, pos as u32)));
                 }
             }
         }
         symbols.retain(|s| s.len != 0);
     }
-}
-
-#[inline]
-fn pack(a: u32, b: u32) -> u64 {
-    u64::from(a) << 32 | u64::from(b)
 }
 
 #[cfg(test)]

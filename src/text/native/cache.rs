@@ -2,8 +2,10 @@
 //!
 //! Text repeats its words, so each thread remembers the ids of the words it merged, per
 //! model, in a map of its own: no lock and no sharing on the hot path. A cache is bounded
-//! ([`MAX_WORDS`] words of at most [`MAX_WORD_BYTES`] bytes, at most [`MAX_IDS`] ids) and
-//! starts over when full, so it follows the text being encoded. A hit returns exactly what
+//! ([`MAX_WORDS`] words, at most [`MAX_IDS`] ids; words longer than [`MAX_WORD_BYTES`] bytes are
+//! merged every time, as in the `tokenizers` crate; about 6 MB) and starts over when full, so it
+//! follows the text being encoded. Words of at most 23 bytes are keyed inline ([`Key`]);
+//! longer ones (a run of CJK characters is one word) by their bytes. A hit returns exactly what
 //! merging would (encoding is a pure function of the word).
 
 use std::cell::RefCell;
@@ -11,48 +13,125 @@ use std::cell::RefCell;
 use rustc_hash::FxHashMap;
 
 use super::bpe;
+use super::table::{InlineMap, Key};
 
-/// Words a thread's cache holds per model before it starts over.
-pub const MAX_WORDS: usize = 1 << 16;
-/// Ids a thread's cache holds per model before it starts over.
+/// Words a thread's cache holds per model (in two generations of half as many each).
+pub const MAX_WORDS: usize = 1 << 17;
+/// Ids a thread's cache holds per model (in two generations of half as many each).
 pub const MAX_IDS: usize = 1 << 19;
-/// Longer words are merged every time (they rarely repeat).
-pub const MAX_WORD_BYTES: usize = 64;
+/// Longer words are merged every time (the `tokenizers` crate's limit too).
+pub const MAX_WORD_BYTES: usize = 256;
 /// Models whose caches a thread keeps (the least recently used goes first).
 const MODELS_PER_THREAD: usize = 4;
 
 /// Words and their ids and token lengths, the ids of all words in one buffer.
-#[derive(Default)]
-pub struct WordCache {
-    words: FxHashMap<Box<[u8]>, (u32, u32)>,
+struct Generation {
+    /// Word key to `offset << 32 | count` in `ids` and `lens`.
+    words: InlineMap,
+    /// The same for words longer than a [`Key`] holds.
+    long_words: FxHashMap<Box<[u8]>, u64>,
     ids: Vec<u32>,
     lens: Vec<u32>,
 }
 
-impl WordCache {
-    /// The ids and token lengths of `word`, if cached.
-    #[inline]
-    pub fn get(&self, word: &[u8]) -> Option<(&[u32], &[u32])> {
-        let &(offset, count) = self.words.get(word)?;
-        let range = offset as usize..(offset + count) as usize;
-        Some((&self.ids[range.clone()], &self.lens[range]))
+impl Generation {
+    fn new() -> Self {
+        Generation {
+            words: InlineMap::with_capacity(1024),
+            long_words: FxHashMap::default(),
+            ids: Vec::new(),
+            lens: Vec::new(),
+        }
     }
 
-    /// Remember the ids of `word`.
     #[inline]
-    pub fn insert(&mut self, word: &[u8], ids: &[u32], lens: &[u32]) {
-        if word.len() > MAX_WORD_BYTES {
-            return;
-        }
-        if self.words.len() >= MAX_WORDS || self.ids.len() + ids.len() > MAX_IDS {
-            self.words.clear();
-            self.ids.clear();
-            self.lens.clear();
-        }
-        let offset = self.ids.len() as u32;
+    fn get(&self, word: &[u8], key: Option<Key>) -> Option<(usize, usize)> {
+        let packed = match key {
+            Some(k) => self.words.get(k)?,
+            None => *self.long_words.get(word)?,
+        };
+        Some(((packed >> 32) as usize, (packed as u32) as usize))
+    }
+
+    #[inline]
+    fn full(&self, more_ids: usize) -> bool {
+        self.words.len() + self.long_words.len() >= MAX_WORDS / 2 || self.ids.len() + more_ids > MAX_IDS / 2
+    }
+
+    #[inline]
+    fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32], lens: &[u32]) -> (usize, usize) {
+        let offset = self.ids.len();
+        let packed = (offset as u64) << 32 | ids.len() as u64;
         self.ids.extend_from_slice(ids);
         self.lens.extend_from_slice(lens);
-        self.words.insert(word.into(), (offset, ids.len() as u32));
+        match key {
+            Some(k) => self.words.insert(k, packed),
+            None => {
+                self.long_words.insert(word.into(), packed);
+            }
+        }
+        (offset, ids.len())
+    }
+
+    fn clear(&mut self) {
+        self.words.clear();
+        self.long_words.clear();
+        self.ids.clear();
+        self.lens.clear();
+    }
+}
+
+/// A word cache with two generations: new words go into the young one; when it is full the
+/// old one is dropped and the young one takes its place; a word found in the old one is
+/// copied into the young one. Frequent words stay, the memory is bounded, and a change of
+/// vocabulary in the text (another language) replaces the cached words within two
+/// generations.
+pub struct WordCache {
+    young: Generation,
+    old: Generation,
+}
+
+impl Default for WordCache {
+    fn default() -> Self {
+        WordCache {
+            young: Generation::new(),
+            old: Generation::new(),
+        }
+    }
+}
+
+impl WordCache {
+    /// The ids and token lengths of `word` (whose key is `key`), if cached.
+    #[inline]
+    pub fn get(&mut self, word: &[u8], key: Option<Key>) -> Option<(&[u32], &[u32])> {
+        if let Some((offset, count)) = self.young.get(word, key) {
+            let range = offset..offset + count;
+            return Some((&self.young.ids[range.clone()], &self.young.lens[range]));
+        }
+        let (offset, count) = self.old.get(word, key)?;
+        let range = offset..offset + count;
+        if self.young.full(count) {
+            // Promoting would start a new generation and drop the one the word is in: keep
+            // it where it is.
+            return Some((&self.old.ids[range.clone()], &self.old.lens[range]));
+        }
+        let (ids, lens) = (&self.old.ids[range.clone()], &self.old.lens[range]);
+        let (offset, count) = self.young.insert(word, key, ids, lens);
+        let range = offset..offset + count;
+        Some((&self.young.ids[range.clone()], &self.young.lens[range]))
+    }
+
+    /// Remember the ids of `word` (whose key is `key`).
+    #[inline]
+    pub fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32], lens: &[u32]) {
+        if key.is_none() && word.len() > MAX_WORD_BYTES {
+            return;
+        }
+        if self.young.full(ids.len()) {
+            std::mem::swap(&mut self.young, &mut self.old);
+            self.young.clear();
+        }
+        self.young.insert(word, key, ids, lens);
     }
 }
 

@@ -20,6 +20,7 @@ pub mod added;
 pub mod bpe;
 mod cache;
 pub mod split;
+mod table;
 pub mod unicode;
 pub mod words;
 
@@ -364,13 +365,14 @@ impl Context<'_> {
     #[inline]
     fn word(&mut self, word: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
         let model = &self.bpe.model;
+        let key = table::Key::new(word);
         if model.ignore_merges {
-            if let Some(id) = model.token_id(word) {
+            if let Some(id) = model.token_id_keyed(word, key) {
                 out.token(id, origin.at(0));
                 return;
             }
         }
-        if let Some((ids, lens)) = self.words.get(word) {
+        if let Some((ids, lens)) = self.words.get(word, key) {
             emit(ids, lens, word, origin, out);
             return;
         }
@@ -378,7 +380,7 @@ impl Context<'_> {
         b.ids.clear();
         b.lens.clear();
         model.encode_word(word, &mut b.bpe, &mut b.ids, &mut b.lens);
-        self.words.insert(word, &b.ids, &b.lens);
+        self.words.insert(word, key, &b.ids, &b.lens);
         emit(&b.ids, &b.lens, word, origin, out);
     }
 }

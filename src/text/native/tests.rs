@@ -1,1 +1,145 @@
+//! The native core against the `tokenizers` crate on small tokenizers written here (so the
+//! rules run without the shared checkpoints), and on the shared checkpoints when
+//! `CHATIDS_MODELS_DIR` is set. The full differential suite is `tests/test_native_bpe.py`.
 
+use serde_json::{json, Value};
+use tokenizers::Tokenizer;
+
+use super::NativeBpe;
+use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
+
+const ALL_OPTIONS: [TextOptions; 4] = [
+    TextOptions { added_tokens: true, at_start: true },
+    TextOptions { added_tokens: true, at_start: false },
+    TextOptions { added_tokens: false, at_start: true },
+    TextOptions { added_tokens: false, at_start: false },
+];
+
+/// Assert both encoders give the same ids and starts for every text and option set.
+fn same(tokenizer: Tokenizer, texts: &[&str]) {
+    let native = NativeBpe::from_tokenizer(&tokenizer).expect("supported");
+    let hf = HfTextEncoder::new(tokenizer);
+    for text in texts {
+        for options in ALL_OPTIONS {
+            let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            native.encode_with_starts(text, options, &mut a, &mut sa);
+            hf.encode_with_starts(text, options, &mut b, &mut sb).unwrap();
+            assert_eq!((&a, &sa), (&b, &sb), "{text:?} {options:?}");
+            let mut c = Vec::new();
+            native.encode(text, options, &mut c);
+            assert_eq!(a, c, "{text:?} {options:?}");
+        }
+    }
+}
+
+/// A SentencePiece-style tokenizer: characters, a few merges, byte fallback for the rest.
+fn sentencepiece_style(normalizer: Value, pre_tokenizer: Value, added: Value) -> Tokenizer {
+    let mut vocab = serde_json::Map::new();
+    let mut push = |t: &str| {
+        let id = vocab.len();
+        vocab.insert(t.to_string(), json!(id));
+    };
+    push("<unk>");
+    for b in 0..=255u8 {
+        push(&format!("<0x{b:02X}>"));
+    }
+    for t in ["▁", "a", "b", "c", "<", ">", "/", "▁a", "ab", "▁ab", "▁▁", ">▁", ">▁<", "bc"] {
+        push(t);
+    }
+    let merges = json!([["▁", "a"], ["a", "b"], ["▁a", "b"], ["▁", "▁"], [">", "▁"], [">▁", "<"], ["b", "c"]]);
+    let config = json!({
+        "version": "1.0",
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                  "vocab": vocab, "merges": merges}
+    });
+    Tokenizer::from_bytes(config.to_string().as_bytes()).unwrap()
+}
+
+fn added(content: &str, id: u32, flags: (bool, bool, bool, bool)) -> Value {
+    let (single_word, lstrip, rstrip, normalized) = flags;
+    json!({"id": id, "content": content, "single_word": single_word, "lstrip": lstrip, "rstrip": rstrip,
+           "normalized": normalized, "special": false})
+}
+
+const TEXTS: &[&str] = &[
+    "ab abc  ab",
+    " ab",
+    "▁ab",
+    "a<b>▁</b>c",
+    "x>  <y",
+    "dé😀 a",
+    "",
+    " ",
+    "  ab <t> ab<t>ab <t>",
+    "<t><t> <u>x <u> y<u>",
+    "a b\u{3000}c\t",
+];
+
+#[test]
+fn metaspace_schemes_match_the_crate() {
+    for scheme in ["first", "always", "never"] {
+        let pre = json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": scheme, "split": false});
+        let tokens = json!([
+            added("<t>", 400, (false, false, false, false)),
+            added("<u>", 401, (true, true, true, false)),
+        ]);
+        same(sentencepiece_style(Value::Null, pre, tokens), TEXTS);
+    }
+}
+
+#[test]
+fn prepend_and_replace_normalizers_match_the_crate() {
+    let normalizer = json!({"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+    ]});
+    let tokens = json!([
+        added("<t>", 400, (false, false, false, true)),
+        added("<u>", 401, (false, true, false, false)),
+    ]);
+    same(sentencepiece_style(normalizer, Value::Null, tokens), TEXTS);
+    let gemma_like = json!({"type": "Replace", "pattern": {"String": " "}, "content": "▁"});
+    let split = json!({"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false});
+    same(sentencepiece_style(gemma_like, split, json!([added("<t>", 400, (false, false, true, false))])), TEXTS);
+}
+
+#[test]
+fn unsupported_configurations_are_refused_with_a_reason() {
+    let pre = json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true});
+    let why = NativeBpe::from_tokenizer(&sentencepiece_style(Value::Null, pre, json!([]))).err().unwrap();
+    assert!(why.contains("Metaspace"), "{why}");
+    let lower = json!({"type": "Lowercase"});
+    assert!(NativeBpe::from_tokenizer(&sentencepiece_style(lower, Value::Null, json!([]))).is_err());
+}
+
+/// Five shared checkpoints (one per tokenizer family), when present; tests/test_native_bpe.py
+/// runs all of them on far more text.
+#[test]
+fn shared_checkpoints_match_the_crate() {
+    let Some(base) = std::env::var_os("CHATIDS_MODELS_DIR") else {
+        return;
+    };
+    let texts = [
+        "Hello, world! It's 2024 — naïve café, 日本語のテキスト, 1234567 <|eot_id|> <|im_start|> [INST]",
+        "   indented\n\n\tcode() {\r\n  return x/y;\n}\n",
+        "ǅungla ÜBERstraße don'T WE'LL 'ſ ʰʰ \u{301}\u{301}",
+        "<start_of_turn>user\nhi<end_of_turn>\n<|fim▁hole|> <｜User｜>",
+    ];
+    for name in ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "deepseek-v3", "mistral-7b-instruct-v0.3", "gemma-3-it"] {
+        let dir = std::path::Path::new(&base).join(name);
+        if !dir.join("tokenizer.json").is_file() {
+            continue;
+        }
+        let checkpoint = crate::checkpoint::Checkpoint::load(&dir).unwrap();
+        let mut all: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+        all.extend(checkpoint.added_tokens.iter().take(50).map(|t| format!("a{} b", t.content)));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        same(checkpoint.tokenizer, &refs);
+    }
+}

@@ -1,0 +1,230 @@
+//! A hash table for short byte strings stored inline: the vocabulary and the word caches.
+//!
+//! A general map from `Box<[u8]>` keys costs two cache misses per lookup (the slot, then the
+//! key's heap allocation) and an allocation per insert. Words are short, so a word of at most
+//! [`MAX_KEY_BYTES`] bytes is packed into a [`Key`] of three integers (its bytes, zero padded,
+//! with the length in the last byte), compared with three integer comparisons, and kept in
+//! the slot itself: open addressing, linear probing, one miss per lookup.
+
+/// The longest word a [`Key`] holds.
+pub const MAX_KEY_BYTES: usize = 23;
+
+/// A word of at most [`MAX_KEY_BYTES`] bytes. The empty word is the empty slot, and is never
+/// stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Key([u64; 3]);
+
+impl Key {
+    /// The key of `word`, or `None` if it is longer than [`MAX_KEY_BYTES`] or empty.
+    #[inline]
+    pub fn new(word: &[u8]) -> Option<Self> {
+        if word.is_empty() || word.len() > MAX_KEY_BYTES {
+            return None;
+        }
+        let mut b = [0u8; 24];
+        b[..word.len()].copy_from_slice(word);
+        b[23] = word.len() as u8;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        Some(Key([w(0), w(1), w(2)]))
+    }
+
+    #[inline]
+    fn hash(&self) -> u64 {
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let h = (self.0[0].wrapping_mul(K) ^ self.0[1])
+            .wrapping_mul(K)
+            .rotate_left(26)
+            ^ self.0[2];
+        let h = h.wrapping_mul(K);
+        h ^ (h >> 32)
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.0 == [0; 3]
+    }
+}
+
+/// Short words to 64-bit values.
+#[derive(Clone)]
+pub struct InlineMap {
+    slots: Vec<(Key, u64)>,
+    len: usize,
+}
+
+impl Default for InlineMap {
+    fn default() -> Self {
+        Self::with_capacity(16)
+    }
+}
+
+impl InlineMap {
+    /// A map that holds `capacity` entries before it grows.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let slots = (capacity * 2).next_power_of_two().max(16);
+        InlineMap {
+            slots: vec![(Key::default(), 0); slots],
+            len: 0,
+        }
+    }
+
+    /// The number of entries.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The value of `key`.
+    #[inline]
+    pub fn get(&self, key: Key) -> Option<u64> {
+        let mask = self.slots.len() - 1;
+        let mut i = key.hash() as usize & mask;
+        loop {
+            let (k, v) = &self.slots[i];
+            if *k == key {
+                return Some(*v);
+            }
+            if k.is_empty() {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Set the value of `key` (the table doubles when half full).
+    pub fn insert(&mut self, key: Key, value: u64) {
+        if (self.len + 1) * 2 > self.slots.len() {
+            let old = std::mem::take(&mut self.slots);
+            *self = Self::with_capacity(old.len());
+            for (k, v) in old {
+                if !k.is_empty() {
+                    self.insert(k, v);
+                }
+            }
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = key.hash() as usize & mask;
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.0 == key {
+                slot.1 = value;
+                return;
+            }
+            if slot.0.is_empty() {
+                *slot = (key, value);
+                self.len += 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Remove every entry, keeping the memory.
+    pub fn clear(&mut self) {
+        if self.len > 0 {
+            self.slots.fill((Key::default(), 0));
+            self.len = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_words_round_trip_and_long_ones_have_no_key() {
+        let mut m = InlineMap::default();
+        let words: Vec<Vec<u8>> = (0..5000u32).map(|i| format!("w{i}").into_bytes()).collect();
+        for (i, w) in words.iter().enumerate() {
+            m.insert(Key::new(w).unwrap(), i as u64);
+        }
+        assert_eq!(m.len(), 5000);
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(m.get(Key::new(w).unwrap()), Some(i as u64));
+        }
+        assert_eq!(m.get(Key::new(b"absent").unwrap()), None);
+        // A word and the same word with a NUL byte more differ (the length is in the key).
+        m.insert(Key::new(b"a").unwrap(), 1);
+        assert_eq!(m.get(Key::new(b"a\0").unwrap()), None);
+        assert!(Key::new(&[b'x'; 24]).is_none() && Key::new(b"").is_none());
+        m.clear();
+        assert!(m.len() == 0 && m.get(Key::new(b"a").unwrap()).is_none());
+    }
+}
+
+/// Merge pairs to their rank, packed into one 64-bit slot each (`left | right | rank` in as
+/// many bits as the vocabulary and the merge list need), open addressing: half the memory of
+/// a key-value table, so more of it stays in cache. A lookup is the merge loop's hot spot.
+pub struct PairRanks {
+    slots: Vec<u64>,
+    id_bits: u32,
+    rank_bits: u32,
+}
+
+/// The empty slot (a packed entry leaves the top bit clear).
+const EMPTY: u64 = u64::MAX;
+
+impl PairRanks {
+    /// A map of `(left, right, rank)` entries (a later entry for the same pair replaces an
+    /// earlier one), or `None` if ids and ranks do not fit in 63 bits together.
+    pub fn new(entries: &[(u32, u32, u32)], max_id: u32, max_rank: u32) -> Option<Self> {
+        let bits = |n: u32| 32 - n.leading_zeros();
+        let (id_bits, rank_bits) = (bits(max_id).max(1), bits(max_rank).max(1));
+        if 2 * id_bits + rank_bits > 63 {
+            return None;
+        }
+        let n = (entries.len() * 2).next_power_of_two().max(16);
+        let mut map = PairRanks {
+            slots: vec![EMPTY; n],
+            id_bits,
+            rank_bits,
+        };
+        let mask = n - 1;
+        for &(a, b, rank) in entries {
+            let key = map.key(a, b);
+            let mut i = Self::slot(key) & mask;
+            loop {
+                let s = map.slots[i];
+                if s == EMPTY || s >> rank_bits == key {
+                    map.slots[i] = key << rank_bits | u64::from(rank);
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+        Some(map)
+    }
+
+    #[inline]
+    fn key(&self, a: u32, b: u32) -> u64 {
+        u64::from(a) << self.id_bits | u64::from(b)
+    }
+
+    #[inline]
+    fn slot(key: u64) -> usize {
+        let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h ^ (h >> 29)) as usize
+    }
+
+    /// The rank of merging `a` and `b`, if they merge.
+    #[inline]
+    pub fn get(&self, a: u32, b: u32) -> Option<u32> {
+        if a >> self.id_bits != 0 || b >> self.id_bits != 0 {
+            return None;
+        }
+        let key = self.key(a, b);
+        let mask = self.slots.len() - 1;
+        let mut i = Self::slot(key) & mask;
+        loop {
+            let s = self.slots[i];
+            if s == EMPTY {
+                return None;
+            }
+            if s >> self.rank_bits == key {
+                return Some((s & ((1 << self.rank_bits) - 1)) as u32);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
