@@ -72,12 +72,21 @@ def _run_line(data: dict, benchmarks: list[dict]) -> str:
 
 
 def tables(data: dict) -> str:
+    return "\n".join([_run_line(data, [b for b in data["benchmarks"] if not b["group"].startswith(SERVING)])] + [
+        "\n".join(lines) for _, lines in sorted(group_tables(data).items())
+    ])
+
+
+def group_tables(data: dict) -> dict[str, list[str]]:
+    """Each group's table (its lines, starting with a blank line and the group's header)."""
     groups: dict[str, list[dict]] = defaultdict(list)
     benchmarks = [b for b in data["benchmarks"] if not b["group"].startswith(SERVING)]
     for b in benchmarks:
         groups[b["group"]].append(b)
-    lines = [_run_line(data, benchmarks)]
+    day = data.get("datetime", "?")[:10]
+    out: dict[str, list[str]] = {}
     for group in sorted(groups):
+        lines: list[str] = []
         rows = groups[group]
         ours = next(b for b in rows if b["name"].split("[")[0].endswith("chatids"))
         base = ours["stats"]["median"]
@@ -86,7 +95,7 @@ def tables(data: dict) -> str:
         what = f"{info.get('conversations', '?')} {unit}"
         if "tokens" in info:
             what += f", {info['tokens']:,} tokens"
-        lines += ["", f"**{group}** ({what})", "", f"| implementation | median | per {unit.rstrip('s')} | chatids is faster by |", "|---|---|---|---|"]
+        lines += ["", f"**{group}** ({what}; run {day})", "", f"| implementation | median | per {unit.rstrip('s')} | chatids is faster by |", "|---|---|---|---|"]
         for b in sorted(rows, key=lambda b: b["stats"]["median"]):
             name = b["name"].split("[")[0]
             med = b["stats"]["median"]
@@ -99,7 +108,28 @@ def tables(data: dict) -> str:
         notes = [f"{label} {info[key]:,}" for key, label in NOTES.items() if key in info]
         if notes:
             lines += ["", "chatids: " + ", ".join(notes) + "."]
-    return "\n".join(lines)
+        out[group] = lines
+    return out
+
+
+def merged_block(old_block: str, data: dict) -> str:
+    """The bench block with the groups of ``data`` replaced or added and the others kept (so a
+    partial run such as ``make bench-bpe`` updates only its own tables)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in old_block.split("\n"):
+        m = re.match(r"\*\*([^*]+)\*\* \(", line)
+        if m:
+            current = m.group(1)
+            sections[current] = ["", line]
+        elif current is not None:
+            sections[current].append(line)
+    for lines in sections.values():
+        while lines and lines[-1] == "":
+            lines.pop()
+    sections.update(group_tables(data))
+    head = "Ratios are of medians within one group (one run); each group's header gives the day of its run."
+    return "\n".join([head] + ["\n".join(lines) for _, lines in sorted(sections.items())])
 
 
 #: The agent-loop benchmarks, in table order: (test name, label).
@@ -223,7 +253,8 @@ def main() -> None:
         with open(args.update) as f:
             doc = f.read()
         if has_other:
-            doc = _replace(doc, BEGIN, END, text)
+            old = re.search(re.escape(BEGIN) + "(.*?)" + re.escape(END), doc, flags=re.S)
+            doc = _replace(doc, BEGIN, END, merged_block(old.group(1) if old else "", data))
         if has_serving:
             doc = _replace(doc, SERVING_BEGIN, SERVING_END, serving_text)
         with open(args.update, "w") as f:

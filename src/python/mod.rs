@@ -468,6 +468,20 @@ impl PyEncoder {
         })
     }
 
+    /// The arguments of the `_encode_text*` debugging calls, converted.
+    fn text_call(
+        &self,
+        encoder: &str,
+        added_tokens: bool,
+        at_start: bool,
+    ) -> PyResult<(crate::text::Which, &crate::text::Selected, crate::text::TextOptions)> {
+        Ok((
+            which_text_encoder(encoder)?,
+            self.transformers_text()?,
+            crate::text::TextOptions { added_tokens, at_start },
+        ))
+    }
+
 }
 
 #[pymethods]
@@ -598,9 +612,7 @@ impl PyEncoder {
         at_start: bool,
         with_starts: bool,
     ) -> PyResult<(Vec<u32>, Option<Vec<usize>>)> {
-        let which = which_text_encoder(encoder)?;
-        let t = self.transformers_text()?;
-        let options = crate::text::TextOptions { added_tokens, at_start };
+        let (which, t, options) = self.text_call(encoder, added_tokens, at_start)?;
         py.detach(|| {
             guarded(|| {
                 let mut ids = Vec::new();
@@ -622,9 +634,7 @@ impl PyEncoder {
         added_tokens: bool,
         at_start: bool,
     ) -> PyResult<usize> {
-        let which = which_text_encoder(encoder)?;
-        let t = self.transformers_text()?;
-        let options = crate::text::TextOptions { added_tokens, at_start };
+        let (which, t, options) = self.text_call(encoder, added_tokens, at_start)?;
         py.detach(|| {
             guarded(|| {
                 let mut ids = Vec::new();
@@ -650,8 +660,7 @@ impl PyEncoder {
         at_start: bool,
         with_starts: bool,
     ) -> PyResult<Vec<usize>> {
-        let t = self.transformers_text()?;
-        let options = crate::text::TextOptions { added_tokens, at_start };
+        let (_, t, options) = self.text_call("selected", added_tokens, at_start)?;
         py.detach(|| {
             guarded(|| {
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

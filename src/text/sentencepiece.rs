@@ -179,7 +179,7 @@ fn char_key(piece: &[u8]) -> Option<u32> {
 
 /// Whether `piece` holds the whitespace symbol `space` right after some other character (then
 /// it could span the cut between two words).
-fn has_space_after_other(piece: &[u8], space: &[u8]) -> bool {
+pub(crate) fn has_space_after_other(piece: &[u8], space: &[u8]) -> bool {
     let mut pos = 0;
     let mut prev_other = false;
     while pos < piece.len() {

@@ -2,11 +2,11 @@
 //!
 //! Text repeats its words, so each thread remembers the ids of the words it merged, per
 //! model, in a map of its own: no lock and no sharing on the hot path. A cache is bounded
-//! ([`MAX_WORDS`] words, at most [`MAX_IDS`] ids; words longer than [`MAX_WORD_BYTES`] bytes are
-//! merged every time, as in the `tokenizers` crate; about 6 MB) and starts over when full, so it
-//! follows the text being encoded. Words of at most 23 bytes are keyed inline ([`Key`]);
-//! longer ones (a run of CJK characters is one word) by their bytes. A hit returns exactly what
-//! merging would (encoding is a pure function of the word).
+//! ([`MAX_WORDS`] words and [`MAX_IDS`] ids in two generations, at most about 12 MB; words
+//! longer than [`MAX_WORD_BYTES`] bytes are merged every time, as in the `tokenizers` crate), and
+//! its generations follow the text being encoded ([`WordCache`]). Words of at most 23 bytes are
+//! keyed inline ([`Key`]); longer ones (a run of CJK characters is one word) by their bytes. A
+//! hit returns exactly what merging would (encoding is a pure function of the word).
 
 use std::cell::RefCell;
 

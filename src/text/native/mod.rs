@@ -27,7 +27,7 @@ pub mod words;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
-use tokenizers::{NormalizedString, Normalizer as _, Tokenizer};
+use tokenizers::{ModelWrapper, NormalizedString, Normalizer as _, Tokenizer};
 use unicode_normalization::{is_nfc_quick, IsNormalized};
 
 use self::added::{AddedToken, Matcher, Part};
@@ -90,28 +90,27 @@ struct Out<'a> {
 }
 
 impl NativeBpe {
-    /// The native core for `tokenizer`, or why it cannot reproduce it.
+    /// The native core for `tokenizer`, or why it cannot reproduce it. The configuration is
+    /// read from the tokenizer itself (its components serialized), so it is what the crate runs.
     pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<Self, String> {
-        let json = tokenizer
-            .to_string(false)
-            .map_err(|e| format!("cannot serialize the tokenizer: {e}"))?;
-        let config: Value =
-            serde_json::from_str(&json).map_err(|e| format!("cannot read the tokenizer: {e}"))?;
-        let normalizer = read_normalizer(&config["normalizer"])?;
-        let (pre_tokenizer, units) = read_pre_tokenizer(&config["pre_tokenizer"], normalizer)?;
-        let model = read_model(&config["model"], units)?;
-        let (raw_tokens, normalized_tokens) = read_added_tokens(&config["added_tokens"], tokenizer)?;
+        let as_json = |v: Result<Value, serde_json::Error>| v.map_err(|e| format!("cannot read the tokenizer: {e}"));
+        let normalizer = read_normalizer(&as_json(serde_json::to_value(tokenizer.get_normalizer()))?)?;
+        let pre_tokenizer = as_json(serde_json::to_value(tokenizer.get_pre_tokenizer()))?;
+        let (pre_tokenizer, units) = read_pre_tokenizer(&pre_tokenizer, normalizer)?;
+        let ModelWrapper::BPE(bpe) = tokenizer.get_model() else {
+            return Err("only BPE models are supported".into());
+        };
+        let model_json = serde_json::to_string(bpe).map_err(|e| format!("cannot read the BPE model: {e}"))?;
+        let model_config: BpeJson =
+            serde_json::from_str(&model_json).map_err(|e| format!("cannot read the BPE model: {e}"))?;
+        let unk = model_config.unk_token.clone().unwrap_or_default();
+        let model = read_model(model_config, units)?;
+        let (raw_tokens, normalized_tokens) = read_added_tokens(tokenizer)?;
         let cutter = match units {
             Units::Bytes => None,
-            Units::Chars => {
-                let unk: Vec<u8> = config["model"]["unk_token"]
-                    .as_str()
-                    .map(|s| s.as_bytes().to_vec())
-                    .unwrap_or_default();
-                WordCutter::new(model.vocab_texts(), |t| {
-                    contains(t, b"<0x") || (!unk.is_empty() && contains(t, &unk))
-                })
-            }
+            Units::Chars => WordCutter::new(model.vocab_texts(), |t| {
+                contains(t, b"<0x") || (!unk.is_empty() && contains(t, unk.as_bytes()))
+            }),
         };
         let description = match &pre_tokenizer {
             PreTokenizer::ByteLevel(patterns) => format!(
@@ -532,109 +531,130 @@ fn byte_level_chars() -> [char; 256] {
     table
 }
 
-/// The BPE model of a tokenizer.json.
-fn read_model(m: &Value, units: Units) -> Result<BpeModel, String> {
-    if m["type"] != "BPE" {
-        return Err(format!("model {} is not supported", m["type"]));
-    }
-    if !(m["dropout"].is_null() || m["dropout"] == 0.0) {
+/// A BPE model as the tokenizers crate serializes it.
+#[derive(serde::Deserialize)]
+struct BpeJson {
+    #[serde(default)]
+    dropout: Option<f32>,
+    #[serde(default)]
+    unk_token: Option<String>,
+    #[serde(default)]
+    continuing_subword_prefix: Option<String>,
+    #[serde(default)]
+    end_of_word_suffix: Option<String>,
+    #[serde(default)]
+    fuse_unk: bool,
+    #[serde(default)]
+    byte_fallback: bool,
+    #[serde(default)]
+    ignore_merges: bool,
+    vocab: rustc_hash::FxHashMap<String, u32>,
+    merges: Vec<MergeJson>,
+}
+
+/// A merge: `["a", "b"]`, or `"a b"` in older files.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum MergeJson {
+    Pair(String, String),
+    Joined(String),
+}
+
+/// The BPE model in native form.
+fn read_model(m: BpeJson, units: Units) -> Result<BpeModel, String> {
+    if !(m.dropout.is_none() || m.dropout == Some(0.0)) {
         return Err("BPE dropout is not supported".into());
     }
-    for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
-        if !(m[key].is_null() || m[key] == "") {
+    for (key, value) in [
+        ("continuing_subword_prefix", &m.continuing_subword_prefix),
+        ("end_of_word_suffix", &m.end_of_word_suffix),
+    ] {
+        if !value.as_deref().unwrap_or_default().is_empty() {
             return Err(format!("BPE {key} is not supported"));
         }
+    }
+    // Byte-level vocabularies write byte b as the character BYTE_CHARS[b]; undo it.
+    let mut decode = [u16::MAX; 512];
+    for (b, c) in byte_level_chars().iter().enumerate() {
+        decode[*c as usize] = b as u16;
     }
     let to_units = |token: &str| -> Option<Vec<u8>> {
         match units {
             Units::Chars => Some(token.as_bytes().to_vec()),
-            Units::Bytes => {
-                static DECODE: std::sync::LazyLock<rustc_hash::FxHashMap<char, u8>> =
-                    std::sync::LazyLock::new(|| {
-                        byte_level_chars()
-                            .iter()
-                            .enumerate()
-                            .map(|(b, &c)| (c, b as u8))
-                            .collect()
-                    });
-                token.chars().map(|c| DECODE.get(&c).copied()).collect()
-            }
+            Units::Bytes => token
+                .chars()
+                .map(|c| match decode.get(c as usize) {
+                    Some(&b) if b != u16::MAX => Some(b as u8),
+                    _ => None,
+                })
+                .collect(),
         }
     };
-    let vocab_json = m["vocab"].as_object().ok_or("the BPE vocabulary is missing")?;
-    let mut vocab = Vec::with_capacity(vocab_json.len());
-    for (token, id) in vocab_json {
-        let id = id.as_u64().ok_or("a vocabulary id is not a number")? as u32;
-        // Tokens with characters outside the byte alphabet can never come out of text.
-        if let Some(bytes) = to_units(token) {
-            vocab.push((bytes, id));
-        }
-    }
-    let merges_json = m["merges"].as_array().ok_or("the BPE merges are missing")?;
-    let mut merges = Vec::with_capacity(merges_json.len());
-    for merge in merges_json {
+    // Tokens with characters outside the byte alphabet can never come out of text.
+    let vocab: Vec<(Vec<u8>, u32)> = m
+        .vocab
+        .iter()
+        .filter_map(|(token, &id)| Some((to_units(token)?, id)))
+        .collect();
+    let mut merges = Vec::with_capacity(m.merges.len());
+    for merge in &m.merges {
         let (a, b) = match merge {
-            Value::String(s) => {
+            MergeJson::Pair(a, b) => (a.as_str(), b.as_str()),
+            MergeJson::Joined(s) => {
                 let mut parts = s.split(' ');
                 match (parts.next(), parts.next(), parts.next()) {
-                    (Some(a), Some(b), None) => (a.to_string(), b.to_string()),
+                    (Some(a), Some(b), None) => (a, b),
                     _ => return Err(format!("merge {s:?} is not two tokens")),
                 }
             }
-            Value::Array(pair) if pair.len() == 2 => (
-                pair[0].as_str().ok_or("a merge is not text")?.to_string(),
-                pair[1].as_str().ok_or("a merge is not text")?.to_string(),
-            ),
-            other => return Err(format!("merge {other} is not supported")),
         };
-        match (to_units(&a), to_units(&b)) {
-            (Some(a), Some(b)) => merges.push((a, b)),
-            _ => continue,
+        if let (Some(a), Some(b)) = (to_units(a), to_units(b)) {
+            merges.push((a, b));
         }
     }
     BpeModel::new(BpeConfig {
         units,
         vocab,
         merges,
-        byte_fallback: m["byte_fallback"] == true,
-        unk_token: m["unk_token"].as_str().map(|s| s.as_bytes().to_vec()),
-        fuse_unk: m["fuse_unk"] == true,
-        ignore_merges: m["ignore_merges"] == true,
+        byte_fallback: m.byte_fallback,
+        unk_token: m.unk_token.map(String::into_bytes),
+        fuse_unk: m.fuse_unk,
+        ignore_merges: m.ignore_merges,
     })
 }
 
 /// The added tokens, split into those matched in raw text and those matched (by their
 /// normalized text, as the tokenizer's normalizer makes it) in normalized text.
-fn read_added_tokens(list: &Value, tokenizer: &Tokenizer) -> Result<(Option<Matcher>, Option<Matcher>), String> {
-    let flag = |t: &Value, k: &str| t[k] == true;
+fn read_added_tokens(tokenizer: &Tokenizer) -> Result<(Option<Matcher>, Option<Matcher>), String> {
+    let mut decoder: Vec<(u32, tokenizers::AddedToken)> = tokenizer.get_added_tokens_decoder().into_iter().collect();
+    decoder.sort_by_key(|(id, _)| *id);
     let mut raw = (Vec::new(), Vec::new());
     let mut normalized = (Vec::new(), Vec::new());
-    for t in list.as_array().map(Vec::as_slice).unwrap_or_default() {
-        let content = t["content"].as_str().ok_or("an added token has no content")?;
-        if content.is_empty() {
+    for (id, t) in decoder {
+        if t.content.is_empty() {
             continue;
         }
         let token = AddedToken {
-            id: t["id"].as_u64().ok_or("an added token has no id")? as u32,
-            content: content.to_string(),
-            single_word: flag(t, "single_word"),
-            lstrip: flag(t, "lstrip"),
-            rstrip: flag(t, "rstrip"),
-            normalized: flag(t, "normalized"),
+            id,
+            content: t.content.clone(),
+            single_word: t.single_word,
+            lstrip: t.lstrip,
+            rstrip: t.rstrip,
+            normalized: t.normalized,
         };
         if token.normalized {
             let pattern = match tokenizer.get_normalizer() {
                 Some(n) => {
-                    let mut s = NormalizedString::from(content);
+                    let mut s = NormalizedString::from(t.content.as_str());
                     n.normalize(&mut s).map_err(|e| e.to_string())?;
                     s.get().to_string()
                 }
-                None => content.to_string(),
+                None => t.content.clone(),
             };
             normalized.1.push(pattern);
             normalized.0.push(token);
         } else {
-            raw.1.push(content.to_string());
+            raw.1.push(t.content.clone());
             raw.0.push(token);
         }
     }

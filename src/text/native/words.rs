@@ -25,7 +25,7 @@ impl WordCutter {
     pub fn new<'a>(tokens: impl Iterator<Item = &'a [u8]>, opaque: impl Fn(&[u8]) -> bool) -> Option<Self> {
         let mut crossing: Vec<&[u8]> = Vec::new();
         for t in tokens {
-            if holds_meta_after_other(t) {
+            if crate::text::sentencepiece::has_space_after_other(t, META) {
                 if opaque(t) {
                     return None;
                 }
@@ -87,24 +87,6 @@ impl WordCutter {
             emit(start, text.len());
         }
     }
-}
-
-/// Whether `token` holds `▁` right after another character.
-fn holds_meta_after_other(token: &[u8]) -> bool {
-    let mut pos = 0;
-    let mut prev_other = false;
-    while pos < token.len() {
-        if token[pos..].starts_with(META) {
-            if prev_other {
-                return true;
-            }
-            pos += META.len();
-        } else {
-            prev_other = true;
-            pos += 1;
-        }
-    }
-    false
 }
 
 #[cfg(test)]
