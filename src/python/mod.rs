@@ -474,14 +474,20 @@ impl PyEncoder {
         encoder: &str,
         added_tokens: bool,
         at_start: bool,
-    ) -> PyResult<(crate::text::Which, &crate::text::Selected, crate::text::TextOptions)> {
+    ) -> PyResult<(
+        crate::text::Which,
+        &crate::text::Selected,
+        crate::text::TextOptions,
+    )> {
         Ok((
             which_text_encoder(encoder)?,
             self.transformers_text()?,
-            crate::text::TextOptions { added_tokens, at_start },
+            crate::text::TextOptions {
+                added_tokens,
+                at_start,
+            },
         ))
     }
-
 }
 
 #[pymethods]
@@ -595,9 +601,13 @@ impl PyEncoder {
     /// Which text encoder runs: `"native"` (chatids' BPE core) or `"tokenizers"` (the crate).
     #[getter]
     fn text_encoder(&self) -> Option<&'static str> {
-        self.inner
-            .text_encoder()
-            .map(|t| if t.native().is_some() { "native" } else { "tokenizers" })
+        self.inner.text_encoder().map(|t| {
+            if t.native().is_some() {
+                "native"
+            } else {
+                "tokenizers"
+            }
+        })
     }
 
     /// Encode one text with one text encoder (`"selected"`, `"native"`, `"tokenizers"`):

@@ -118,7 +118,10 @@ impl Selected {
     /// Which encoder runs, and why, in one line (for `Encoder::explain`).
     pub fn describe(&self) -> String {
         match (&self.native, &self.refusal) {
-            (Some(n), _) => format!("text encoder: chatids' native BPE core ({})", n.description()),
+            (Some(n), _) => format!(
+                "text encoder: chatids' native BPE core ({})",
+                n.description()
+            ),
             (None, Some(why)) => format!("text encoder: the tokenizers crate ({why})"),
             (None, None) => "text encoder: the tokenizers crate".to_string(),
         }
@@ -172,9 +175,16 @@ impl Selected {
     /// The indices of the `texts` whose ids (and token starts, with `with_starts`) differ
     /// between the native core and the `tokenizers` crate. The native core runs even on text
     /// it would hand to the crate, so the comparison covers all of it.
-    pub fn differences(&self, texts: &[&str], options: TextOptions, with_starts: bool) -> Result<Vec<usize>> {
+    pub fn differences(
+        &self,
+        texts: &[&str],
+        options: TextOptions,
+        with_starts: bool,
+    ) -> Result<Vec<usize>> {
         let native = self.native.as_ref().ok_or_else(|| {
-            crate::error::Error::Tokenizer("the native BPE core does not run for this tokenizer".into())
+            crate::error::Error::Tokenizer(
+                "the native BPE core does not run for this tokenizer".into(),
+            )
         })?;
         let mut out = Vec::new();
         let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

@@ -128,7 +128,9 @@ impl BpeModel {
             Units::Chars => {
                 bmp_ids = vec![NONE; 0x1_0000];
                 for (text, &id) in &vocab {
-                    let Ok(s) = std::str::from_utf8(text) else { continue };
+                    let Ok(s) = std::str::from_utf8(text) else {
+                        continue;
+                    };
                     let mut chars = s.chars();
                     if let (Some(c), None) = (chars.next(), chars.next()) {
                         if (c as u32) < 0x1_0000 {
@@ -231,7 +233,13 @@ impl BpeModel {
 
     /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens` (the
     /// merges; `ignore_merges` is the caller's to check first).
-    pub fn encode_word(&self, word: &[u8], scratch: &mut Scratch, ids: &mut Vec<u32>, lens: &mut Vec<u32>) {
+    pub fn encode_word(
+        &self,
+        word: &[u8],
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+        lens: &mut Vec<u32>,
+    ) {
         if word.is_empty() {
             return;
         }
@@ -431,7 +439,12 @@ mod tests {
 
     fn encode(m: &BpeModel, word: &str) -> Vec<u32> {
         let (mut ids, mut lens) = (Vec::new(), Vec::new());
-        m.encode_word(word.as_bytes(), &mut Scratch::default(), &mut ids, &mut lens);
+        m.encode_word(
+            word.as_bytes(),
+            &mut Scratch::default(),
+            &mut ids,
+            &mut lens,
+        );
         assert_eq!(lens.iter().sum::<u32>() as usize, word.len());
         ids
     }

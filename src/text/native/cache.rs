@@ -55,11 +55,18 @@ impl Generation {
 
     #[inline]
     fn full(&self, more_ids: usize) -> bool {
-        self.words.len() + self.long_words.len() >= MAX_WORDS / 2 || self.ids.len() + more_ids > MAX_IDS / 2
+        self.words.len() + self.long_words.len() >= MAX_WORDS / 2
+            || self.ids.len() + more_ids > MAX_IDS / 2
     }
 
     #[inline]
-    fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32], lens: &[u32]) -> (usize, usize) {
+    fn insert(
+        &mut self,
+        word: &[u8],
+        key: Option<Key>,
+        ids: &[u32],
+        lens: &[u32],
+    ) -> (usize, usize) {
         let offset = self.ids.len();
         let packed = (offset as u64) << 32 | ids.len() as u64;
         self.ids.extend_from_slice(ids);

@@ -93,16 +93,20 @@ impl NativeBpe {
     /// The native core for `tokenizer`, or why it cannot reproduce it. The configuration is
     /// read from the tokenizer itself (its components serialized), so it is what the crate runs.
     pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<Self, String> {
-        let as_json = |v: Result<Value, serde_json::Error>| v.map_err(|e| format!("cannot read the tokenizer: {e}"));
-        let normalizer = read_normalizer(&as_json(serde_json::to_value(tokenizer.get_normalizer()))?)?;
+        let as_json = |v: Result<Value, serde_json::Error>| {
+            v.map_err(|e| format!("cannot read the tokenizer: {e}"))
+        };
+        let normalizer =
+            read_normalizer(&as_json(serde_json::to_value(tokenizer.get_normalizer()))?)?;
         let pre_tokenizer = as_json(serde_json::to_value(tokenizer.get_pre_tokenizer()))?;
         let (pre_tokenizer, units) = read_pre_tokenizer(&pre_tokenizer, normalizer)?;
         let ModelWrapper::BPE(bpe) = tokenizer.get_model() else {
             return Err("only BPE models are supported".into());
         };
-        let model_json = serde_json::to_string(bpe).map_err(|e| format!("cannot read the BPE model: {e}"))?;
-        let model_config: BpeJson =
-            serde_json::from_str(&model_json).map_err(|e| format!("cannot read the BPE model: {e}"))?;
+        let model_json =
+            serde_json::to_string(bpe).map_err(|e| format!("cannot read the BPE model: {e}"))?;
+        let model_config: BpeJson = serde_json::from_str(&model_json)
+            .map_err(|e| format!("cannot read the BPE model: {e}"))?;
         let unk = model_config.unk_token.clone().unwrap_or_default();
         let model = read_model(model_config, units)?;
         let (raw_tokens, normalized_tokens) = read_added_tokens(tokenizer)?;
@@ -115,15 +119,23 @@ impl NativeBpe {
         let description = match &pre_tokenizer {
             PreTokenizer::ByteLevel(patterns) => format!(
                 "byte-level BPE, pre-tokenizer {}{}",
-                patterns.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>().join(" + "),
+                patterns
+                    .iter()
+                    .map(|p| format!("{p:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
                 if normalizer == Normalizer::Nfc {
                     ", NFC; text that is not already NFC goes to the tokenizers crate"
                 } else {
                     ""
                 }
             ),
-            PreTokenizer::Metaspace(p) => format!("SentencePiece-style BPE (Metaspace, prepend {p:?})"),
-            PreTokenizer::Whole => "SentencePiece-style BPE (spaces to ▁ by the normalizer)".to_string(),
+            PreTokenizer::Metaspace(p) => {
+                format!("SentencePiece-style BPE (Metaspace, prepend {p:?})")
+            }
+            PreTokenizer::Whole => {
+                "SentencePiece-style BPE (spaces to ▁ by the normalizer)".to_string()
+            }
         };
         unicode::warm_up();
         Ok(NativeBpe {
@@ -355,7 +367,9 @@ impl Context<'_> {
             }
         }
         match &bpe.cutter {
-            Some(cutter) => cutter.cut(text, &mut |a, b| self.word(&text[a..b], origin.from(a), out)),
+            Some(cutter) => cutter.cut(text, &mut |a, b| {
+                self.word(&text[a..b], origin.from(a), out)
+            }),
             None => self.word(text, origin, out),
         }
     }
@@ -405,7 +419,13 @@ fn emit(ids: &[u32], lens: &[u32], word: &[u8], origin: Origin<'_>, out: &mut Ou
 
 /// `Replace(" ", "▁")`, after `Prepend("▁")` of a non-empty text when `prepend`; with the
 /// origin of each output byte when `origins` is given (a prefix comes from the text's start).
-fn spaces_to_meta(text: &str, base: usize, prepend: bool, out: &mut String, origins: Option<&mut Vec<usize>>) {
+fn spaces_to_meta(
+    text: &str,
+    base: usize,
+    prepend: bool,
+    out: &mut String,
+    origins: Option<&mut Vec<usize>>,
+) {
     out.clear();
     if prepend && !text.is_empty() {
         out.push('\u{2581}');
@@ -443,7 +463,10 @@ fn read_normalizer(n: &Value) -> Result<Normalizer, String> {
         n if n["type"] == "NFC" => Ok(Normalizer::Nfc),
         n if is_space_to_meta(n) => Ok(Normalizer::SpacesToMeta { prepend: false }),
         n if n["type"] == "Sequence" => {
-            let list = n["normalizers"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let list = n["normalizers"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             match list {
                 [] => Ok(Normalizer::Identity),
                 [one] => read_normalizer(one),
@@ -473,7 +496,8 @@ fn read_pre_tokenizer(p: &Value, normalizer: Normalizer) -> Result<(PreTokenizer
         let regex = s["pattern"]["Regex"]
             .as_str()
             .ok_or_else(|| format!("Split pattern {} is not supported", s["pattern"]))?;
-        Pattern::from_regex(regex).ok_or_else(|| format!("Split regex {regex:?} has no native scanner"))
+        Pattern::from_regex(regex)
+            .ok_or_else(|| format!("Split regex {regex:?} has no native scanner"))
     };
     let spaces_removed = matches!(normalizer, Normalizer::SpacesToMeta { .. });
     match p {
@@ -498,9 +522,14 @@ fn read_pre_tokenizer(p: &Value, normalizer: Normalizer) -> Result<(PreTokenizer
         {
             Ok((PreTokenizer::Whole, Units::Chars))
         }
-        p if byte_level_ok(p) && !spaces_removed => Ok((PreTokenizer::ByteLevel(Vec::new()), Units::Bytes)),
+        p if byte_level_ok(p) && !spaces_removed => {
+            Ok((PreTokenizer::ByteLevel(Vec::new()), Units::Bytes))
+        }
         p if p["type"] == "Sequence" && !spaces_removed => {
-            let list = p["pretokenizers"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let list = p["pretokenizers"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             match list.split_last() {
                 Some((last, splits)) if byte_level_ok(last) => {
                     let patterns = splits.iter().map(split).collect::<Result<Vec<_>, _>>()?;
@@ -509,7 +538,10 @@ fn read_pre_tokenizer(p: &Value, normalizer: Normalizer) -> Result<(PreTokenizer
                 _ => Err(format!("pre-tokenizer sequence {p} is not supported")),
             }
         }
-        other => Err(format!("pre-tokenizer {} is not supported with this normalizer", other["type"])),
+        other => Err(format!(
+            "pre-tokenizer {} is not supported with this normalizer",
+            other["type"]
+        )),
     }
 }
 
@@ -626,7 +658,8 @@ fn read_model(m: BpeJson, units: Units) -> Result<BpeModel, String> {
 /// The added tokens, split into those matched in raw text and those matched (by their
 /// normalized text, as the tokenizer's normalizer makes it) in normalized text.
 fn read_added_tokens(tokenizer: &Tokenizer) -> Result<(Option<Matcher>, Option<Matcher>), String> {
-    let mut decoder: Vec<(u32, tokenizers::AddedToken)> = tokenizer.get_added_tokens_decoder().into_iter().collect();
+    let mut decoder: Vec<(u32, tokenizers::AddedToken)> =
+        tokenizer.get_added_tokens_decoder().into_iter().collect();
     decoder.sort_by_key(|(id, _)| *id);
     let mut raw = (Vec::new(), Vec::new());
     let mut normalized = (Vec::new(), Vec::new());
@@ -658,7 +691,10 @@ fn read_added_tokens(tokenizer: &Tokenizer) -> Result<(Option<Matcher>, Option<M
             raw.0.push(token);
         }
     }
-    Ok((Matcher::new(raw.0, raw.1)?, Matcher::new(normalized.0, normalized.1)?))
+    Ok((
+        Matcher::new(raw.0, raw.1)?,
+        Matcher::new(normalized.0, normalized.1)?,
+    ))
 }
 
 #[cfg(test)]

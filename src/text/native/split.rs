@@ -526,7 +526,11 @@ mod tests {
             let pattern = Pattern::from_regex(regex).unwrap();
             let engine = Regex::new(regex).unwrap();
             for text in texts {
-                assert_eq!(ours(pattern, text), oniguruma(&engine, text), "{regex} on {text:?}");
+                assert_eq!(
+                    ours(pattern, text),
+                    oniguruma(&engine, text),
+                    "{regex} on {text:?}"
+                );
             }
         }
     }
@@ -539,11 +543,15 @@ mod tests {
             .iter()
             .map(|r| (Pattern::from_regex(r).unwrap(), Regex::new(r).unwrap()))
             .collect();
-        let contexts = ["{}", "a{}b", "1{}2", " {} ", "\n{}\n", "'{}", "A{}a", "{}{}"];
+        let contexts = [
+            "{}", "a{}b", "1{}2", " {} ", "\n{}\n", "'{}", "A{}a", "{}{}",
+        ];
         // Sampled in the unit tests (every 7th scalar value plus the first 0x3000); the full
         // sweep runs from Python against the whole tokenizer (tests/test_native_bpe.py).
         for cp in (0..0x11_0000u32).filter(|cp| *cp < 0x3000 || cp % 7 == 0) {
-            let Some(c) = char::from_u32(cp) else { continue };
+            let Some(c) = char::from_u32(cp) else {
+                continue;
+            };
             for context in contexts {
                 let text = context.replace("{}", c.encode_utf8(&mut [0u8; 4]));
                 for (pattern, engine) in &engines {
@@ -558,12 +566,18 @@ mod tests {
     /// most) split as Oniguruma splits them. Their cost is measured by the benchmarks.
     #[test]
     fn long_runs_split_as_oniguruma_does() {
-        for c in ["a", " ", "\n", "1", "!", "A", "\u{301}", "日", "\u{200b}", "Aa", " \n"] {
+        for c in [
+            "a", " ", "\n", "1", "!", "A", "\u{301}", "日", "\u{200b}", "Aa", " \n",
+        ] {
             let text = c.repeat((1 << 16) / c.len());
             for regex in ALL {
                 let pattern = Pattern::from_regex(regex).unwrap();
                 let engine = Regex::new(regex).unwrap();
-                assert_eq!(ours(pattern, &text), oniguruma(&engine, &text), "{c:?} with {regex}");
+                assert_eq!(
+                    ours(pattern, &text),
+                    oniguruma(&engine, &text),
+                    "{c:?} with {regex}"
+                );
             }
         }
     }

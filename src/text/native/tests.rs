@@ -9,10 +9,22 @@ use super::NativeBpe;
 use crate::text::{HfTextEncoder, TextEncoder, TextOptions};
 
 const ALL_OPTIONS: [TextOptions; 4] = [
-    TextOptions { added_tokens: true, at_start: true },
-    TextOptions { added_tokens: true, at_start: false },
-    TextOptions { added_tokens: false, at_start: true },
-    TextOptions { added_tokens: false, at_start: false },
+    TextOptions {
+        added_tokens: true,
+        at_start: true,
+    },
+    TextOptions {
+        added_tokens: true,
+        at_start: false,
+    },
+    TextOptions {
+        added_tokens: false,
+        at_start: true,
+    },
+    TextOptions {
+        added_tokens: false,
+        at_start: false,
+    },
 ];
 
 /// Assert both encoders give the same ids and starts for every text and option set.
@@ -23,7 +35,8 @@ fn same(tokenizer: Tokenizer, texts: &[&str]) {
         for options in ALL_OPTIONS {
             let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             native.encode_with_starts(text, options, &mut a, &mut sa);
-            hf.encode_with_starts(text, options, &mut b, &mut sb).unwrap();
+            hf.encode_with_starts(text, options, &mut b, &mut sb)
+                .unwrap();
             assert_eq!((&a, &sa), (&b, &sb), "{text:?} {options:?}");
             let mut c = Vec::new();
             native.encode(text, options, &mut c);
@@ -43,10 +56,20 @@ fn sentencepiece_style(normalizer: Value, pre_tokenizer: Value, added: Value) ->
     for b in 0..=255u8 {
         push(&format!("<0x{b:02X}>"));
     }
-    for t in ["▁", "a", "b", "c", "<", ">", "/", "▁a", "ab", "▁ab", "▁▁", ">▁", ">▁<", "bc"] {
+    for t in [
+        "▁", "a", "b", "c", "<", ">", "/", "▁a", "ab", "▁ab", "▁▁", ">▁", ">▁<", "bc",
+    ] {
         push(t);
     }
-    let merges = json!([["▁", "a"], ["a", "b"], ["▁a", "b"], ["▁", "▁"], [">", "▁"], [">▁", "<"], ["b", "c"]]);
+    let merges = json!([
+        ["▁", "a"],
+        ["a", "b"],
+        ["▁a", "b"],
+        ["▁", "▁"],
+        [">", "▁"],
+        [">▁", "<"],
+        ["b", "c"]
+    ]);
     let config = json!({
         "version": "1.0",
         "added_tokens": added,
@@ -106,16 +129,28 @@ fn prepend_and_replace_normalizers_match_the_crate() {
     same(sentencepiece_style(normalizer, Value::Null, tokens), TEXTS);
     let gemma_like = json!({"type": "Replace", "pattern": {"String": " "}, "content": "▁"});
     let split = json!({"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false});
-    same(sentencepiece_style(gemma_like, split, json!([added("<t>", 400, (false, false, true, false))])), TEXTS);
+    same(
+        sentencepiece_style(
+            gemma_like,
+            split,
+            json!([added("<t>", 400, (false, false, true, false))]),
+        ),
+        TEXTS,
+    );
 }
 
 #[test]
 fn unsupported_configurations_are_refused_with_a_reason() {
-    let pre = json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true});
-    let why = NativeBpe::from_tokenizer(&sentencepiece_style(Value::Null, pre, json!([]))).err().unwrap();
+    let pre =
+        json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true});
+    let why = NativeBpe::from_tokenizer(&sentencepiece_style(Value::Null, pre, json!([])))
+        .err()
+        .unwrap();
     assert!(why.contains("Metaspace"), "{why}");
     let lower = json!({"type": "Lowercase"});
-    assert!(NativeBpe::from_tokenizer(&sentencepiece_style(lower, Value::Null, json!([]))).is_err());
+    assert!(
+        NativeBpe::from_tokenizer(&sentencepiece_style(lower, Value::Null, json!([]))).is_err()
+    );
 }
 
 /// Five shared checkpoints (one per tokenizer family), when present; tests/test_native_bpe.py
@@ -131,14 +166,26 @@ fn shared_checkpoints_match_the_crate() {
         "ǅungla ÜBERstraße don'T WE'LL 'ſ ʰʰ \u{301}\u{301}",
         "<start_of_turn>user\nhi<end_of_turn>\n<|fim▁hole|> <｜User｜>",
     ];
-    for name in ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "deepseek-v3", "mistral-7b-instruct-v0.3", "gemma-3-it"] {
+    for name in [
+        "llama-3.1-8b-instruct",
+        "qwen2.5-7b-instruct",
+        "deepseek-v3",
+        "mistral-7b-instruct-v0.3",
+        "gemma-3-it",
+    ] {
         let dir = std::path::Path::new(&base).join(name);
         if !dir.join("tokenizer.json").is_file() {
             continue;
         }
         let checkpoint = crate::checkpoint::Checkpoint::load(&dir).unwrap();
         let mut all: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
-        all.extend(checkpoint.added_tokens.iter().take(50).map(|t| format!("a{} b", t.content)));
+        all.extend(
+            checkpoint
+                .added_tokens
+                .iter()
+                .take(50)
+                .map(|t| format!("a{} b", t.content)),
+        );
         let refs: Vec<&str> = all.iter().map(String::as_str).collect();
         same(checkpoint.tokenizer, &refs);
     }

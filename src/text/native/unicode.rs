@@ -193,7 +193,12 @@ mod tests {
                 wrong.push(cp);
             }
         }
-        assert!(wrong.is_empty(), "{} code points differ, first {:x?}", wrong.len(), &wrong[..wrong.len().min(10)]);
+        assert!(
+            wrong.is_empty(),
+            "{} code points differ, first {:x?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(10)]
+        );
         assert_eq!(classes('\r') & CRLF, CRLF);
         assert_eq!(classes('\u{85}') & CRLF, 0);
     }
@@ -205,7 +210,11 @@ mod tests {
         for letter in FOLD_LETTERS {
             let re = Regex::new(&format!(r"\A(?i:{letter})\z")).unwrap();
             for c in (0u8..128).map(char::from) {
-                assert_eq!(re.is_match(c.encode_utf8(&mut [0u8; 4])), folds_to(c, letter), "{c:?} vs {letter}");
+                assert_eq!(
+                    re.is_match(c.encode_utf8(&mut [0u8; 4])),
+                    folds_to(c, letter),
+                    "{c:?} vs {letter}"
+                );
             }
         }
     }

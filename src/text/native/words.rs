@@ -22,7 +22,10 @@ pub struct WordCutter {
 impl WordCutter {
     /// A cutter for a vocabulary; `None` if no cut is safe (some token that holds `x▁` is
     /// made of byte-fallback or unknown tokens, whose text is not the text they stand for).
-    pub fn new<'a>(tokens: impl Iterator<Item = &'a [u8]>, opaque: impl Fn(&[u8]) -> bool) -> Option<Self> {
+    pub fn new<'a>(
+        tokens: impl Iterator<Item = &'a [u8]>,
+        opaque: impl Fn(&[u8]) -> bool,
+    ) -> Option<Self> {
         let mut crossing: Vec<&[u8]> = Vec::new();
         for t in tokens {
             if crate::text::sentencepiece::has_space_after_other(t, META) {
@@ -95,7 +98,9 @@ mod tests {
 
     fn words(cutter: &WordCutter, text: &str) -> Vec<String> {
         let mut out = Vec::new();
-        cutter.cut(text.as_bytes(), &mut |a, b| out.push(text[a..b].to_string()));
+        cutter.cut(text.as_bytes(), &mut |a, b| {
+            out.push(text[a..b].to_string())
+        });
         out
     }
 
@@ -106,6 +111,10 @@ mod tests {
         assert_eq!(words(&plain, "ab"), ["ab"]);
         let gemma = WordCutter::new([">▁</"].iter().map(|s| s.as_bytes()), |_| false).unwrap();
         assert_eq!(words(&gemma, "▁<b>▁</b>▁x"), ["▁<b>▁</b>", "▁x"]);
-        assert!(WordCutter::new(["<0x41>▁"].iter().map(|s| s.as_bytes()), |t| t.starts_with(b"<0x")).is_none());
+        assert!(
+            WordCutter::new(["<0x41>▁"].iter().map(|s| s.as_bytes()), |t| t
+                .starts_with(b"<0x"))
+            .is_none()
+        );
     }
 }
