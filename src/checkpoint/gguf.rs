@@ -553,8 +553,8 @@ fn pre_tokenizer_split(pre: &str) -> Option<&'static str> {
     })
 }
 
-/// GPT-2's byte -> character table (`bytes_to_unicode`).
-fn bytes_to_unicode() -> [char; 256] {
+/// GPT-2's byte -> character table (`bytes_to_unicode`); also the native BPE core's.
+pub(crate) fn bytes_to_unicode() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..=255u8 {

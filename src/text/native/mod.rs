@@ -545,24 +545,6 @@ fn read_pre_tokenizer(p: &Value, normalizer: Normalizer) -> Result<(PreTokenizer
     }
 }
 
-/// GPT-2's byte-to-character table: the character each byte is written as in a byte-level
-/// vocabulary.
-fn byte_level_chars() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut next = 256u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[b as usize] = if printable {
-            char::from(b)
-        } else {
-            let c = char::from_u32(next).expect("below the surrogates");
-            next += 1;
-            c
-        };
-    }
-    table
-}
-
 /// A BPE model as the tokenizers crate serializes it.
 #[derive(serde::Deserialize)]
 struct BpeJson {
@@ -607,7 +589,7 @@ fn read_model(m: BpeJson, units: Units) -> Result<BpeModel, String> {
     }
     // Byte-level vocabularies write byte b as the character BYTE_CHARS[b]; undo it.
     let mut decode = [u16::MAX; 512];
-    for (b, c) in byte_level_chars().iter().enumerate() {
+    for (b, c) in crate::checkpoint::gguf::bytes_to_unicode().iter().enumerate() {
         decode[*c as usize] = b as u16;
     }
     let to_units = |token: &str| -> Option<Vec<u8>> {
