@@ -152,19 +152,7 @@ impl Selected {
         let encoder: &dyn TextEncoder = match which {
             Which::Selected => self,
             Which::Tokenizers => &self.hf,
-            Which::Native => {
-                let native = self.native.as_ref().ok_or_else(|| {
-                    crate::error::Error::Tokenizer(format!(
-                        "the native BPE core does not run for this tokenizer: {}",
-                        self.refusal.as_deref().unwrap_or("")
-                    ))
-                })?;
-                match starts {
-                    Some(s) => native.encode_with_starts(text, options, ids, s),
-                    None => native.encode(text, options, ids),
-                }
-                return Ok(());
-            }
+            Which::Native => self.native_or_error()?,
         };
         match starts {
             Some(s) => encoder.encode_with_starts(text, options, ids, s),
@@ -172,20 +160,26 @@ impl Selected {
         }
     }
 
+    /// The native core, or an error saying why it does not run for this tokenizer.
+    fn native_or_error(&self) -> Result<&NativeBpe> {
+        self.native.as_ref().ok_or_else(|| {
+            crate::error::Error::Tokenizer(format!(
+                "the native BPE core does not run for this tokenizer: {}",
+                self.refusal.as_deref().unwrap_or("")
+            ))
+        })
+    }
+
     /// The indices of the `texts` whose ids (and token starts, with `with_starts`) differ
-    /// between the native core and the `tokenizers` crate. The native core runs even on text
-    /// it would hand to the crate, so the comparison covers all of it.
+    /// between the native core and the `tokenizers` crate. Texts the native core hands to the
+    /// crate ([`NativeBpe::handles`]) are skipped: both sides would be the crate.
     pub fn differences(
         &self,
         texts: &[&str],
         options: TextOptions,
         with_starts: bool,
     ) -> Result<Vec<usize>> {
-        let native = self.native.as_ref().ok_or_else(|| {
-            crate::error::Error::Tokenizer(
-                "the native BPE core does not run for this tokenizer".into(),
-            )
-        })?;
+        let native = self.native_or_error()?;
         let mut out = Vec::new();
         let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, text) in texts.iter().enumerate() {
@@ -211,16 +205,21 @@ impl Selected {
     }
 }
 
+impl Selected {
+    /// The encoder for `text`: the native core where it applies, else the crate.
+    #[inline]
+    fn pick(&self, text: &str) -> &dyn TextEncoder {
+        match &self.native {
+            Some(n) if n.handles(text) => n,
+            _ => &self.hf,
+        }
+    }
+}
+
 impl TextEncoder for Selected {
     #[inline]
     fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) -> Result<()> {
-        match &self.native {
-            Some(n) if n.handles(text) => {
-                n.encode(text, options, ids);
-                Ok(())
-            }
-            _ => self.hf.encode(text, options, ids),
-        }
+        self.pick(text).encode(text, options, ids)
     }
 
     fn encode_with_starts(
@@ -230,12 +229,7 @@ impl TextEncoder for Selected {
         ids: &mut Vec<u32>,
         starts: &mut Vec<usize>,
     ) -> Result<()> {
-        match &self.native {
-            Some(n) if n.handles(text) => {
-                n.encode_with_starts(text, options, ids, starts);
-                Ok(())
-            }
-            _ => self.hf.encode_with_starts(text, options, ids, starts),
-        }
+        self.pick(text)
+            .encode_with_starts(text, options, ids, starts)
     }
 }

@@ -57,8 +57,6 @@ pub struct BpeModel {
     unk: Option<u32>,
     fuse_unk: bool,
     pub ignore_merges: bool,
-    /// The byte length of each token's text as the model sees it (for token offsets).
-    token_len: Vec<u32>,
 }
 
 /// A symbol of a word being merged: its id and its length in bytes of the word.
@@ -103,10 +101,6 @@ impl BpeModel {
                 return Err("two vocabulary entries have the same bytes".into());
             }
             max_id = max_id.max(*id);
-        }
-        let mut token_len = vec![0u32; max_id as usize + 1];
-        for (text, id) in &config.vocab {
-            token_len[*id as usize] = text.len() as u32;
         }
         let mut short_vocab = InlineMap::with_capacity(vocab.len());
         for (text, &id) in &vocab {
@@ -195,7 +189,6 @@ impl BpeModel {
             unk,
             fuse_unk: config.fuse_unk,
             ignore_merges: config.ignore_merges,
-            token_len,
         })
     }
 
@@ -217,18 +210,6 @@ impl BpeModel {
     /// The texts of all tokens (to find where texts may be cut into words, [`super::words`]).
     pub fn vocab_texts(&self) -> impl Iterator<Item = &[u8]> {
         self.vocab.keys().map(|k| &**k)
-    }
-
-    /// The unknown token's id.
-    pub fn unk(&self) -> Option<u32> {
-        self.unk
-    }
-
-    /// The byte length token `id` covers when it is not the unknown token or a byte-fallback
-    /// token.
-    #[inline]
-    pub fn token_len(&self, id: u32) -> u32 {
-        self.token_len.get(id as usize).copied().unwrap_or(0)
     }
 
     /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens` (the

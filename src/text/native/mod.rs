@@ -211,6 +211,30 @@ impl NativeBpe {
     }
 }
 
+impl super::TextEncoder for NativeBpe {
+    #[inline]
+    fn encode(
+        &self,
+        text: &str,
+        options: TextOptions,
+        ids: &mut Vec<u32>,
+    ) -> crate::error::Result<()> {
+        NativeBpe::encode(self, text, options, ids);
+        Ok(())
+    }
+
+    fn encode_with_starts(
+        &self,
+        text: &str,
+        options: TextOptions,
+        ids: &mut Vec<u32>,
+        starts: &mut Vec<usize>,
+    ) -> crate::error::Result<()> {
+        NativeBpe::encode_with_starts(self, text, options, ids, starts);
+        Ok(())
+    }
+}
+
 impl Out<'_> {
     #[inline]
     fn token(&mut self, id: u32, start: usize) {
@@ -273,7 +297,8 @@ impl Context<'_> {
                 let mut normalized = std::mem::take(&mut self.buffers.normalized);
                 let mut origins = std::mem::take(&mut self.buffers.normalized_origins);
                 let offsets = out.wants_starts().then_some(&mut origins);
-                spaces_to_meta(text, base, prepend, &mut normalized, offsets);
+                let prepend = prepend && !text.is_empty();
+                spaces_to_meta(text, Origin::Shift(base), prepend, &mut normalized, offsets);
                 let origin = if out.wants_starts() {
                     Origin::Table(&origins)
                 } else {
@@ -311,26 +336,9 @@ impl Context<'_> {
                 };
                 let mut replaced = std::mem::take(&mut self.buffers.pre_tokenized);
                 let mut origins = std::mem::take(&mut self.buffers.pre_tokenized_origins);
-                replaced.clear();
-                origins.clear();
-                if prefix && !text.starts_with(' ') && !text.starts_with('\u{2581}') {
-                    replaced.push('\u{2581}');
-                    if out.wants_starts() {
-                        origins.extend([origin.at(0); 3]);
-                    }
-                }
-                for (i, piece) in text.split(' ').enumerate() {
-                    if i > 0 {
-                        replaced.push('\u{2581}');
-                    }
-                    replaced.push_str(piece);
-                }
-                if out.wants_starts() {
-                    for (i, b) in text.bytes().enumerate() {
-                        let n = if b == b' ' { 3 } else { 1 };
-                        origins.extend(std::iter::repeat_n(origin.at(i), n));
-                    }
-                }
+                let prefix = prefix && !text.starts_with(' ') && !text.starts_with('\u{2581}');
+                let offsets = out.wants_starts().then_some(&mut origins);
+                spaces_to_meta(text, origin, prefix, &mut replaced, offsets);
                 let origin = if out.wants_starts() {
                     Origin::Table(&origins)
                 } else {
@@ -417,17 +425,18 @@ fn emit(ids: &[u32], lens: &[u32], word: &[u8], origin: Origin<'_>, out: &mut Ou
     }
 }
 
-/// `Replace(" ", "▁")`, after `Prepend("▁")` of a non-empty text when `prepend`; with the
-/// origin of each output byte when `origins` is given (a prefix comes from the text's start).
+/// Spaces to `▁` (`Replace(" ", "▁")`, and Metaspace's replacement), after a `▁` prefix when
+/// `prefix`; with the origin of each output byte when `origins` is given (the prefix comes
+/// from the text's start).
 fn spaces_to_meta(
     text: &str,
-    base: usize,
-    prepend: bool,
+    origin: Origin<'_>,
+    prefix: bool,
     out: &mut String,
     origins: Option<&mut Vec<usize>>,
 ) {
     out.clear();
-    if prepend && !text.is_empty() {
+    if prefix {
         out.push('\u{2581}');
     }
     for (i, piece) in text.split(' ').enumerate() {
@@ -438,12 +447,12 @@ fn spaces_to_meta(
     }
     if let Some(origins) = origins {
         origins.clear();
-        if prepend && !text.is_empty() {
-            origins.extend([base; 3]);
+        if prefix {
+            origins.extend([origin.at(0); 3]);
         }
         for (i, b) in text.bytes().enumerate() {
             let n = if b == b' ' { 3 } else { 1 };
-            origins.extend(std::iter::repeat_n(base + i, n));
+            origins.extend(std::iter::repeat_n(origin.at(i), n));
         }
     }
 }
