@@ -11,7 +11,7 @@
 use serde_json::{json, Value};
 
 /// transformers' `Qwen2Tokenizer` pre-tokenizer regex (it ignores the one in tokenizer.json).
-const QWEN2_PRETOKENIZE_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_PRETOKENIZE_REGEX: &str = crate::text::native::split::QWEN2;
 
 /// Rewrite `tokenizer` (the parsed tokenizer.json) as transformers' class for `config` (the
 /// parsed tokenizer_config.json) would rebuild it. `raw_json` is the file's text (transformers
