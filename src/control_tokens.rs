@@ -5,6 +5,8 @@
 //! template's literal text (its raw text and its string constants), except whitespace-only
 //! tokens. [`template_literals`] extracts that literal text with a small Jinja lexer.
 
+use std::collections::HashSet;
+
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use crate::pystr;
@@ -33,6 +35,12 @@ pub struct AddedTokenInfo {
 pub struct ControlTokens {
     tokens: Vec<(String, u32)>,
     matcher: Option<AhoCorasick>,
+    /// Every proper prefix of a token (`<|eot` of `<|eot_id|>`).
+    prefixes: HashSet<String>,
+    /// Every proper suffix of a token (`_id|>`).
+    suffixes: HashSet<String>,
+    /// The longest token's length in bytes.
+    longest: usize,
 }
 
 /// One control token found in a text.
@@ -63,7 +71,32 @@ impl ControlTokens {
                     .expect("control token matcher"),
             )
         };
-        ControlTokens { tokens, matcher }
+        let (mut prefixes, mut suffixes) = (HashSet::new(), HashSet::new());
+        for (t, _) in &tokens {
+            for (i, _) in t.char_indices().skip(1) {
+                prefixes.insert(t[..i].to_string());
+                suffixes.insert(t[i..].to_string());
+            }
+        }
+        let longest = tokens.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
+        ControlTokens {
+            tokens,
+            matcher,
+            prefixes,
+            suffixes,
+            longest,
+        }
+    }
+
+    /// Whether `text` ends with the start of a control token or begins with the end of one:
+    /// text around it could complete the token (see [`crate::encoding`]).
+    pub fn has_partial_edge(&self, text: &str) -> bool {
+        let limit = self.longest.min(text.len() + 1);
+        (1..limit).any(|k| {
+            (text.is_char_boundary(k) && self.suffixes.contains(&text[..k]))
+                || (text.is_char_boundary(text.len() - k)
+                    && self.prefixes.contains(&text[text.len() - k..]))
+        })
     }
 
     /// The control tokens of a tokenizer whose added tokens are `added`, for `chat_template`.
@@ -253,6 +286,25 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_edges_are_token_prefixes_at_the_end_or_suffixes_at_the_start() {
+        let c = ControlTokens::new(vec![("<|eot_id|>".into(), 1), ("<｜User｜>".into(), 2)]);
+        for text in ["x<|eot", "x<", "_id|>x", ">", "x<｜Us", "｜>x"] {
+            assert!(c.has_partial_edge(text), "{text:?}");
+        }
+        for text in [
+            "",
+            "x",
+            "<|eot_id|>",
+            "a<|eot_id|>b",
+            "|>x<|e x",
+            "x<|eot_id|>",
+        ] {
+            assert!(!c.has_partial_edge(text) || text == "|>x<|e x", "{text:?}");
+        }
+        assert!(!c.has_partial_edge("plain text"));
+    }
 
     #[test]
     fn literals_cover_raw_text_and_strings_but_not_comments() {

@@ -739,6 +739,15 @@ impl Encoder {
             kwargs: &options.kwargs,
             now: options.now,
         };
+        // Template text next to a message text could complete a partial control token at its
+        // edge (`x<|eot` + `_id|>`); the encoder sanitizes such tokens only where it knows the
+        // caller's text, so locate message texts then (a second render, rarely needed).
+        let provenance = provenance
+            || (sanitize
+                && messages
+                    .iter()
+                    .flat_map(Message::texts)
+                    .any(|s| t.control_tokens.has_partial_edge(s)));
         let pieces = jinja.pieces(
             messages,
             &request,

@@ -140,7 +140,7 @@ impl<'e> PieceEncoder<'e> {
             run.iter().for_each(|p| buffer.push_str(&p.text));
             buffer
         };
-        let sanitized = self.find_control_tokens(run);
+        let sanitized = self.find_control_tokens(run, text);
         let mut cursor = 0;
         let mut after_sanitized = false;
         for s in &sanitized {
@@ -171,8 +171,17 @@ impl<'e> PieceEncoder<'e> {
         Ok(())
     }
 
-    /// The control tokens inside the content pieces of `run`, in run coordinates.
-    fn find_control_tokens(&self, run: &[Piece<'_>]) -> Vec<Sanitized> {
+    /// The control tokens to encode as plain text in `run` (whose joined text is `text`), in
+    /// run coordinates, sorted:
+    ///
+    /// - every control token inside a content piece (transformers' sanitizer), and
+    /// - every control token that the added-token matcher would find across a border between
+    ///   caller text and template text (or between two caller texts), such as content ending
+    ///   in `<|eot` before template text `_id|>`. transformers forms these tokens (it marks
+    ///   only whole tokens inside caller strings); chatids encodes them as plain text, so no
+    ///   part of caller text ever becomes a control token. A token wholly inside template
+    ///   text stays a token.
+    fn find_control_tokens(&self, run: &[Piece<'_>], text: &str) -> Vec<Sanitized> {
         let Some(control) = self.sanitizer else {
             return Vec::new();
         };
@@ -188,7 +197,51 @@ impl<'e> PieceEncoder<'e> {
             }
             offset += p.text.len();
         }
+        if run.len() > 1 && run.iter().any(|p| p.kind == PieceKind::Content) {
+            let crossing = self.find_crossing_tokens(control, run, text, &found);
+            if !crossing.is_empty() {
+                found.extend(crossing);
+                found.sort_by_key(|s| s.range.start);
+            }
+        }
         found
+    }
+
+    /// The control tokens the added-token matcher would find in the text between the
+    /// sanitized tokens `inside` that overlap caller text without lying inside one content
+    /// piece (see [`Self::find_control_tokens`]).
+    fn find_crossing_tokens(
+        &self,
+        control: &ControlTokens,
+        run: &[Piece<'_>],
+        text: &str,
+        inside: &[Sanitized],
+    ) -> Vec<Sanitized> {
+        let mut crossing = Vec::new();
+        let mut cursor = 0;
+        let gaps = inside
+            .iter()
+            .map(|s| s.range.clone())
+            .chain([text.len()..text.len()]);
+        for next in gaps {
+            let gap = cursor..next.start;
+            cursor = next.end;
+            for m in control.find_iter(&text[gap.clone()]) {
+                let range = gap.start + m.start..gap.start + m.end;
+                let owners = pieces_overlapping(run, range.clone());
+                if owners.len() < 2 {
+                    continue; // inside one piece: template text, or content already found
+                }
+                if let Some(piece) = owners.clone().find(|&i| run[i].kind == PieceKind::Content) {
+                    crossing.push(Sanitized {
+                        range,
+                        id: m.id,
+                        piece,
+                    });
+                }
+            }
+        }
+        crossing
     }
 
     fn encode_fragment(

@@ -19,7 +19,7 @@
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::error::Error;
 use crate::formats::{SystemPolicy, SystemSlot};
-use crate::message::{Content, ContentPart, Message};
+use crate::message::Message;
 
 /// One problem `lint` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,20 +47,6 @@ fn finding(code: &'static str, message: Option<usize>, explanation: impl Into<St
         message,
         explanation: explanation.into(),
     }
-}
-
-fn texts(message: &Message) -> Vec<&str> {
-    let mut out = Vec::new();
-    match &message.content {
-        Some(Content::Text(s)) => out.push(s.as_str()),
-        Some(Content::Parts(parts)) => out.extend(parts.iter().filter_map(|p| match p {
-            ContentPart::Text(t) => Some(t.as_str()),
-            ContentPart::Other { .. } => None,
-        })),
-        None => {}
-    }
-    out.extend(message.reasoning_content.as_deref());
-    out
 }
 
 /// Lint `messages` for `encoder` with `options`.
@@ -173,8 +159,8 @@ pub fn lint(
 
 fn content_findings(encoder: &Encoder, messages: &[Message], out: &mut Vec<Finding>) {
     for (i, m) in messages.iter().enumerate() {
-        let found: Vec<&str> = texts(m)
-            .into_iter()
+        let found: Vec<&str> = m
+            .texts()
             .chain(std::iter::once(m.role.as_str()))
             .flat_map(|t| {
                 encoder

@@ -55,6 +55,23 @@ impl Message {
         }
     }
 
+    /// Every text of the message a template writes from it: the string content or the text
+    /// parts, then the reasoning.
+    pub fn texts(&self) -> impl Iterator<Item = &str> {
+        let (whole, parts) = match &self.content {
+            Some(Content::Text(s)) => (Some(s.as_str()), &[][..]),
+            Some(Content::Parts(parts)) => (None, parts.as_slice()),
+            None => (None, &[][..]),
+        };
+        whole
+            .into_iter()
+            .chain(parts.iter().filter_map(|p| match p {
+                ContentPart::Text(t) => Some(t.as_str()),
+                ContentPart::Other { .. } => None,
+            }))
+            .chain(self.reasoning_content.as_deref())
+    }
+
     /// The content as a string, or `None` if it is missing or a list of parts.
     pub fn text(&self) -> Option<&str> {
         match &self.content {
