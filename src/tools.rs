@@ -76,6 +76,107 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
     Ok(())
 }
 
+/// Refuse malformed tool calls before any template sees them (a template would render
+/// `Undefined`, fail without naming the message, or write invalid JSON into the prompt).
+/// Each message's `tool_calls`, when present, must be a list; each call a dict whose
+/// function (`call["function"]`, or the call itself in the flat form some templates accept)
+/// is a dict with a non-empty string `name`; `arguments`, when present, a dict or a string
+/// holding valid JSON.
+pub fn check_tool_calls(messages: &[Message]) -> Result<(), TemplateError> {
+    for (i, message) in messages.iter().enumerate() {
+        let Some(raw) = message.raw.as_deref() else {
+            continue;
+        };
+        let Some(calls) = raw.get("tool_calls") else {
+            continue;
+        };
+        let Value::Array(calls) = calls else {
+            return Err(TemplateError::at(
+                i,
+                format!(
+                    "'tool_calls' must be a list of calls, not {}",
+                    json_type(calls)
+                ),
+            ));
+        };
+        for (j, call) in calls.iter().enumerate() {
+            let field = |rest: &str| format!("tool_calls[{j}]{rest}");
+            let Value::Object(call) = call else {
+                return Err(TemplateError::at(
+                    i,
+                    format!(
+                        "{} must be a dict {{\"type\": \"function\", \"function\": {{\"name\": ..., \"arguments\": ...}}}}, not {}",
+                        field(""),
+                        json_type(call)
+                    ),
+                ));
+            };
+            let (function, at) = match call.get("function") {
+                Some(Value::Object(f)) => (f, ".function"),
+                Some(other) => {
+                    return Err(TemplateError::at(
+                        i,
+                        format!(
+                            "{} must be a dict, not {}",
+                            field(".function"),
+                            json_type(other)
+                        ),
+                    ))
+                }
+                None => (call, ""),
+            };
+            match function.get("name") {
+                Some(Value::String(n)) if !n.is_empty() => {}
+                Some(Value::String(_)) => {
+                    return Err(TemplateError::at(i, format!("{}.name is empty", field(at))))
+                }
+                Some(other) => {
+                    return Err(TemplateError::at(
+                        i,
+                        format!("{}.name must be a str, not {}", field(at), json_type(other)),
+                    ))
+                }
+                None => return Err(TemplateError::at(i, format!("{} has no 'name'", field(at)))),
+            }
+            match function.get("arguments") {
+                None | Some(Value::Object(_)) => {}
+                Some(Value::String(text)) => {
+                    if let Err(e) = serde_json::from_str::<Value>(text) {
+                        return Err(TemplateError::at(
+                            i,
+                            format!("{}.arguments is not valid JSON ({e})", field(at)),
+                        ));
+                    }
+                }
+                Some(other) => {
+                    return Err(TemplateError::at(
+                        i,
+                        format!(
+                            "{}.arguments must be a dict or a JSON string, not {}",
+                            field(at),
+                            json_type(other)
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Python's name for the type of a JSON value, for error messages.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "None",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
 /// Whether `word` occurs in `text` with no identifier character (letter, digit, `_`) right
 /// before or after it (`f` is not in `begin_of_text`, it is in `{"name": "f"}`).
 fn contains_word(text: &str, word: &str) -> bool {
@@ -109,6 +210,48 @@ pub const TOOL_CALL_STOP_TOKENS: &[&str] = &["<|eom_id|>", "<|call|>"];
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_calls(calls: Value) -> Vec<Message> {
+        let mut raw = serde_json::Map::new();
+        raw.insert("role".into(), "assistant".into());
+        raw.insert("tool_calls".into(), calls);
+        vec![
+            Message::new("user", "hi"),
+            Message {
+                role: "assistant".into(),
+                tool_calls: Some(None),
+                raw: Some(std::sync::Arc::new(raw)),
+                ..Default::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn malformed_tool_calls_are_refused_naming_message_and_field() {
+        let ok = serde_json::json!([
+            {"type": "function", "function": {"name": "f", "arguments": {"a": 1}}},
+            {"function": {"name": "g", "arguments": "{\"a\": [1, 2]}"}},
+            {"name": "h", "arguments": "{}"},
+            {"function": {"name": "k"}},
+        ]);
+        assert!(check_tool_calls(&with_calls(ok)).is_ok());
+        for (calls, expected) in [
+            (serde_json::json!("f()"), "message 1: 'tool_calls' must be a list of calls, not str"),
+            (serde_json::json!([["f"]]), "message 1: tool_calls[0] must be a dict"),
+            (serde_json::json!([{"function": "f"}]), "message 1: tool_calls[0].function must be a dict, not str"),
+            (serde_json::json!([{"function": {"arguments": {}}}]), "message 1: tool_calls[0].function has no 'name'"),
+            (serde_json::json!([{"function": {"name": 3}}]), "message 1: tool_calls[0].function.name must be a str, not int"),
+            (serde_json::json!([{"function": {"name": ""}}]), "message 1: tool_calls[0].function.name is empty"),
+            (
+                serde_json::json!([{"function": {"name": "f", "arguments": "{not json"}}]),
+                "message 1: tool_calls[0].function.arguments is not valid JSON (key must be a string at line 1 column 2)",
+            ),
+            (serde_json::json!([{"name": "f", "arguments": [1]}]), "message 1: tool_calls[0].arguments must be a dict or a JSON string, not list"),
+        ] {
+            let error = check_tool_calls(&with_calls(calls)).unwrap_err().to_string();
+            assert!(error.starts_with(expected), "{error}");
+        }
+    }
 
     #[test]
     fn tool_call_names_are_found_as_words() {

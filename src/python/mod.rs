@@ -211,18 +211,37 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
         let json = json_from_py(&value, &key).map_err(|e| TemplateError::at(i, e))?;
         map.insert(key, json);
     }
-    let role = map
-        .get("role")
-        .and_then(|r| r.as_str())
-        .unwrap_or_default()
-        .to_string();
+    // The template decides what else it accepts, but a message without a str role, with a
+    // content that is neither text nor a list of parts, or with nothing to render is
+    // malformed: refuse it here, naming the message, instead of letting the template render
+    // `None` or fail without saying where.
+    let role = match map.get("role") {
+        Some(serde_json::Value::String(r)) => r.clone(),
+        Some(_) => {
+            let value = get(dict, "role").ok().flatten();
+            let name = value.as_ref().map_or_else(|| "None".to_string(), type_name);
+            return Err(TemplateError::at(
+                i,
+                format!("'role' must be a str, not {name}"),
+            ));
+        }
+        None => return Err(TemplateError::at(i, "the message has no 'role'")),
+    };
     let field = |key: &str| get(dict, key).ok().flatten();
-    let content = field("content").and_then(|c| content_from_py(&c, i).ok());
+    let content = field("content")
+        .map(|c| content_from_py(&c, i))
+        .transpose()?;
     let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
         .iter()
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
     let tool_calls = field("tool_calls").map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
     let train = train_flag(field("train").as_ref(), i)?;
+    if content.is_none() && tool_calls.is_none() && reasoning_content.is_none() {
+        return Err(TemplateError::at(
+            i,
+            "the message has no 'content' (or it is None), no 'tool_calls' and no reasoning",
+        ));
+    }
     Ok(Message {
         role,
         content,
@@ -233,10 +252,30 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
     })
 }
 
+/// How deeply lists and dicts passed to a template may nest (serde_json's own parsing limit).
+/// Deeper values are refused: converting and rendering them recurses, and a value nested
+/// 100,000 levels deep would overflow the stack.
+pub const MAX_NESTING: usize = 128;
+
 /// A Python value as JSON (str, int, float, bool, None, lists/tuples and str-keyed dicts);
 /// `path` names it in errors.
 fn json_from_py(value: &Bound<'_, PyAny>, path: &str) -> Result<serde_json::Value, String> {
+    json_from_py_at(value, path, 0)
+}
+
+fn json_from_py_at(
+    value: &Bound<'_, PyAny>,
+    path: &str,
+    depth: usize,
+) -> Result<serde_json::Value, String> {
     use serde_json::Value;
+    if depth > MAX_NESTING {
+        let shown: String = path.chars().take(60).collect();
+        let more = if shown.len() < path.len() { "..." } else { "" };
+        return Err(format!(
+            "{shown}{more}: lists and dicts nest deeper than {MAX_NESTING} levels here"
+        ));
+    }
     if value.is_none() {
         return Ok(Value::Null);
     }
@@ -269,7 +308,7 @@ fn json_from_py(value: &Bound<'_, PyAny>, path: &str) -> Result<serde_json::Valu
             let Ok(k) = k.extract::<String>() else {
                 return Err(format!("{path}: dict keys must be str"));
             };
-            let inner = json_from_py(&v, &format!("{path}.{k}"))?;
+            let inner = json_from_py_at(&v, &format!("{path}.{k}"), depth + 1)?;
             map.insert(k, inner);
         }
         return Ok(Value::Object(map));
@@ -287,7 +326,7 @@ fn json_from_py(value: &Bound<'_, PyAny>, path: &str) -> Result<serde_json::Valu
     items
         .iter()
         .enumerate()
-        .map(|(j, v)| json_from_py(v, &format!("{path}[{j}]")))
+        .map(|(j, v)| json_from_py_at(v, &format!("{path}[{j}]"), depth + 1))
         .collect::<Result<Vec<_>, _>>()
         .map(Value::Array)
 }
