@@ -1,11 +1,11 @@
 """One ``Encoder`` shared by many Python threads at once.
 
-A serving process keeps one encoder and calls it from a thread pool. Eight threads start
+A serving process keeps one encoder and calls it from a thread pool. Sixteen threads start
 together (a ``threading.Barrier``) and each works on different corpus conversations (plain and
 with tools) through ``encode``, ``encode_detailed``, ``render`` and one ``Session`` of its
 own; every result must equal the same call made serially before. A second test runs
 ``encode_batch`` (which releases the GIL and runs on chatids' own pool) in one thread while the
-seven others call ``encode``. Llama 3.1 and Qwen2.5 (native formats, and the generic path for
+fifteen others call ``encode`` (forking after ``encode_batch``: tests/test_parallel.py). Llama 3.1 and Qwen2.5 (native formats, and the generic path for
 their tool conversations) and gpt-oss-120b (the generic path).
 """
 
@@ -22,7 +22,7 @@ import support
 
 import chatids
 
-THREADS = 8
+THREADS = 16
 #: Each thread runs its work this many times, so the threads overlap for a while.
 REPEATS = 3
 THREAD_MODELS = ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "gpt-oss-120b"]
@@ -151,7 +151,7 @@ def test_threads_share_one_encoder(work: Work) -> None:
     with ThreadPoolExecutor(THREADS) as pool:
         futures = [pool.submit(run, w) for w in range(THREADS)]
         results = [f.result(timeout=TIMEOUT) for f in futures]
-    assert len(set(started)) == THREADS, "the workers did not run on 8 distinct threads"
+    assert len(set(started)) == THREADS, f"the workers did not run on {THREADS} distinct threads"
     for w, repeats in enumerate(results):
         for r, got in enumerate(repeats):
             for (label, _), want, have in zip(per_worker[w], serial[w], got):
