@@ -11,7 +11,7 @@ RESULTS := target/results
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving fuzz fuzz-build clean
+.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -33,7 +33,8 @@ test: develop test-rust test-python bench-quick
 test-rust: fuzz-build
 	cargo test --quiet
 
-## Build the fuzz target (keeps it compiling; `make fuzz` runs it).
+## Build the fuzz targets (keeps them compiling; `make fuzz` / `make fuzz-encode` run them; `cargo test`
+## replays encode_messages' regressions and generated inputs, fuzz/replay.rs).
 fuzz-build:
 	cargo check --quiet --manifest-path fuzz/Cargo.toml
 
@@ -44,6 +45,16 @@ fuzz: develop
 	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none native_bpe corpus/native_bpe -- \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -rss_limit_mb=8000 -print_final_stats=1
 
+## Fuzz the Rust entry point: random conversations and policies on every checkpoint (needs cargo-fuzz).
+fuzz-encode:
+	mkdir -p fuzz/corpus/encode_messages
+	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none encode_messages corpus/encode_messages -- \
+	  -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=8000 -print_final_stats=1
+
+## Fuzz the Python API (hypothesis, tests/test_fuzz_api.py) for FUZZ_SECONDS.
+fuzz-api: develop
+	$(PY) fuzz/fuzz_api.py $(FUZZ_SECONDS)
+
 test-python: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
@@ -52,6 +63,7 @@ test-python: develop
 
 bench-quick: develop
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
+	$(PY) benches/memory.py --calls 100000 --conversations 5000
 
 ## Every conversation of the corpus and many more random cases, on every route and path (about two hours on 2 cores).
 conformance-full: develop
@@ -59,7 +71,7 @@ conformance-full: develop
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
 	  $(PY) -m pytest tests/test_conformance.py tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py \
 	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py tests/test_masks.py \
-	  tests/test_session.py tests/test_native_bpe.py -q -s
+	  tests/test_session.py tests/test_native_bpe.py tests/test_injection.py tests/test_fuzz_api.py -q -s
 
 ## Only the generic (Jinja) path on every conversation of the corpus, for every shared checkpoint.
 conformance-generic: develop
@@ -71,6 +83,12 @@ conformance-generic: develop
 bench-cli: develop
 	mkdir -p $(RESULTS)
 	$(PY) -m pytest benches/test_bench_cli.py -q -s --benchmark-json=$(RESULTS)/bench-cli.json
+
+## Peak RSS of encoding 100,000 conversations (streaming CLI and one encode_batch), and RSS flat within 5%
+## over 1M calls after warm-up (exit 1 otherwise); about 3 minutes. Writes target/results/memory.json.
+bench-memory: develop
+	mkdir -p $(RESULTS)
+	$(PY) benches/memory.py --json $(RESULTS)/memory.json
 
 ## Serving: a 20-step agent loop with tools (session vs re-encoding vs transformers) and the p50/p99
 ## latency of one prompt; writes the Serving section of BENCHMARKS.md (about 90 s).

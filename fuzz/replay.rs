@@ -1,0 +1,82 @@
+//! `cargo test` runs the `encode_messages` fuzz target's invariants (fuzz/encode_messages.rs)
+//! without libFuzzer: on every committed regression input (fuzz/regressions/encode_messages/,
+//! one file per input that once broke an invariant) and on `CHATIDS_FUZZ_REPLAY_INPUTS`
+//! (default 1,000) inputs from a fixed-seed generator, on the checkpoints named in
+//! `CHATIDS_FUZZ_MODELS` (default: one per format family, [`REPLAY_MODELS`]; a debug build
+//! loads each in seconds). This is the brief fuzzing CI runs;
+//! `make fuzz-encode` is the long run. Needs `CHATIDS_MODELS_DIR` (a CI run fails without it,
+//! elsewhere the test says it did nothing).
+
+#[path = "encode_messages.rs"]
+mod encode_messages;
+
+/// xorshift64*: the same inputs on every run.
+struct Inputs(u64);
+
+impl Inputs {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn input(&mut self) -> Vec<u8> {
+        let len = (self.next_u64() % 400) as usize;
+        (0..len).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// The checkpoints the generated inputs run on unless `CHATIDS_FUZZ_MODELS` says otherwise.
+const REPLAY_MODELS: &str = "llama-3.1-8b-instruct,qwen3-0.6b,gemma-3-it,gpt-oss-120b";
+
+fn models_present() -> bool {
+    if encode_messages::models_dir().is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI: set CHATIDS_MODELS_DIR (the fuzz replay needs the shared models)"
+    );
+    eprintln!("fuzz replay skipped: CHATIDS_MODELS_DIR is not set");
+    false
+}
+
+#[test]
+fn committed_regressions_hold() {
+    if !models_present() {
+        return;
+    }
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/encode_messages");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/regressions/encode_messages exists") {
+        let path = entry.unwrap().path();
+        // Every regression runs, on whichever checkpoint it picks.
+        let data = std::fs::read(&path).unwrap();
+        assert!(
+            encode_messages::check_only(&data, None),
+            "{}: its checkpoint does not load",
+            path.display()
+        );
+        n += 1;
+    }
+    assert!(n > 0, "no regression inputs in {}", dir.display());
+}
+
+#[test]
+fn generated_inputs_hold() {
+    if !models_present() {
+        return;
+    }
+    let count = std::env::var("CHATIDS_FUZZ_REPLAY_INPUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let only = std::env::var("CHATIDS_FUZZ_MODELS").unwrap_or_else(|_| REPLAY_MODELS.to_string());
+    let mut inputs = Inputs(0x9E37_79B9_7F4A_7C15);
+    let mut ran = 0;
+    while ran < count {
+        ran += usize::from(encode_messages::check_only(&inputs.input(), Some(&only)));
+    }
+}
