@@ -58,7 +58,7 @@ fuzz-api: develop
 test-python: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
-	  $(PY) -m pytest tests -q $(PYTEST_ARGS) --junitxml=$(RESULTS)/pytest.xml
+	  $(PY) -m pytest tests -q --durations=25 $(PYTEST_ARGS) --junitxml=$(RESULTS)/pytest.xml
 	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest.xml
 
 bench-quick: develop
