@@ -1,7 +1,7 @@
 //! `cargo test` runs the `encode_messages` fuzz target's invariants (fuzz/encode_messages.rs)
 //! without libFuzzer: on every committed regression input (fuzz/regressions/encode_messages/,
 //! one file per input that once broke an invariant) and on `CHATIDS_FUZZ_REPLAY_INPUTS`
-//! (default 1,000) inputs from a fixed-seed generator, on the checkpoints named in
+//! (default 600) inputs from a fixed-seed generator, on the checkpoints named in
 //! `CHATIDS_FUZZ_MODELS` (default: one per format family, [`REPLAY_MODELS`]; a debug build
 //! loads each in seconds). This is the brief fuzzing CI runs;
 //! `make fuzz-encode` is the long run. Needs `CHATIDS_MODELS_DIR` (a CI run fails without it,
@@ -72,7 +72,7 @@ fn generated_inputs_hold() {
     let count = std::env::var("CHATIDS_FUZZ_REPLAY_INPUTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
+        .unwrap_or(600);
     let only = std::env::var("CHATIDS_FUZZ_MODELS").unwrap_or_else(|_| REPLAY_MODELS.to_string());
     let mut inputs = Inputs(0x9E37_79B9_7F4A_7C15);
     let mut ran = 0;

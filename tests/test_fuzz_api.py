@@ -16,7 +16,7 @@ with random options. Each input goes through ``encode``, ``encode_detailed``, ``
 - a ``Session`` whose append fails is left exactly as it was, and one whose appends succeed
   holds what ``encode`` gives for the same messages.
 
-CI runs 300 derandomized examples; ``fuzz/fuzz_api.py`` runs the same check with fresh seeds
+CI runs 200 derandomized examples; ``fuzz/fuzz_api.py`` runs the same check with fresh seeds
 for as long as asked (``make fuzz-api``, README "Tests").
 """
 
@@ -37,7 +37,7 @@ import support
 #: Examples per run: CI (``HYPOTHESIS_PROFILE=ci``, derandomized) and by hand; ``full`` for
 #: ``make conformance-full``. fuzz/fuzz_api.py runs :func:`check_case` for as long as asked.
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
-EXAMPLES = {"ci": 300, "full": 5000}.get(PROFILE, 300)
+EXAMPLES = {"ci": 200, "full": 5000}.get(PROFILE, 300)
 
 #: (checkpoint directory, format): one encoder per format family and route.
 TARGETS = [
