@@ -24,8 +24,8 @@ pub fn err(msg: impl Into<String>) -> Error {
 }
 
 /// The largest string or list a template may build (Python would exhaust memory instead):
-/// 1 GiB, well above any real prompt (a 100 MB message renders; `"a" * 10**12` does not).
-pub const MAX_SIZE: i128 = 1 << 30;
+/// 256 MiB, well above any real prompt (a 100 MB message renders; `"a" * 10**12` does not).
+pub const MAX_SIZE: i128 = 1 << 28;
 
 /// `n` as a size, refusing sizes beyond [`MAX_SIZE`].
 pub fn check_size(n: i128) -> Result<usize, Error> {
