@@ -383,6 +383,23 @@ impl Session {
             )
             .into());
         }
+        if let Some(text) = encoder.text_encoder() {
+            let tokenizer = text.tokenizer();
+            if let Some((k, id)) = completion
+                .iter()
+                .enumerate()
+                .find(|(_, &id)| tokenizer.id_to_token(id).is_none())
+            {
+                return Err(TemplateError::at(
+                    index,
+                    format!(
+                        "completion id {id} (position {k}) is not in the vocabulary of {} ids",
+                        tokenizer.get_vocab_size(true)
+                    ),
+                )
+                .into());
+            }
+        }
         let prompt = self.plan(encoder, &self.messages, true)?;
         let start = self.check(&prompt, "the generation prompt")?;
         let prompt_pieces = prompt.layout.pieces.len();

@@ -4,7 +4,8 @@ Each :class:`Case` is a conversation (or template arguments) a caller might pass
 the error it must get: :class:`chatids.ChatTemplateError` (or ``TypeError``) whose text matches
 ``error``, which names the message index and the field. :func:`check` sends it through every
 public entry point of one encoder (``encode``, ``encode_detailed``, training ``encode`` with a
-mask, ``render``, ``lint``, ``encode_batch`` raising and collecting, and ``Session.append``),
+mask, ``render``, ``lint``, ``encode_batch`` raising and collecting, and ``Session.append``;
+:data:`BAD_COMPLETIONS` go through ``Session.append_completion``),
 and checks that each refuses it with that error and returns nothing partial: the batch raises
 naming the conversation, ``on_error="collect"`` records it and encodes the other conversation
 exactly, and the session is unchanged after the failed append.
@@ -227,6 +228,27 @@ def check(enc: chatids.Encoder, enc_label: str, case: Case, clock: Optional[dict
     return text
 
 
+#: Completion ids that are not tokens of the vocabulary, and the error ``append_completion`` gives.
+BAD_COMPLETIONS: list[tuple[str, list[Any], str]] = [
+    ("negative id", [-1], r"^message 1: completion id -1 \(position 0\) is not a token id"),
+    ("id beyond 32 bits", [5, 2**40], r"^message 1: completion id 1099511627776 \(position 1\) is not a token id"),
+    ("id outside the vocabulary", [5, 10**7], r"^message 1: completion id 10000000 \(position 1\) is not in the vocabulary of \d+ ids"),
+    ("id a str", ["a"], r"^message 1: completion ids must be ints, not str \(position 0\)"),
+    ("id None", [None], r"^message 1: completion ids must be ints, not NoneType \(position 0\)"),
+]
+
+
+def check_completions(enc: chatids.Encoder, enc_label: str, clock: dict) -> int:
+    """``Session.append_completion`` refuses ids that are not tokens and keeps the session as it was."""
+    for name, ids, pattern in BAD_COMPLETIONS:
+        session = enc.session([U], **clock)
+        before = session.ids.tolist()
+        _refused(f"{enc_label}: append_completion, {name}", lambda: session.append_completion(ids, {"role": "assistant", "content": "x"}),
+                 pattern)
+        assert session.ids.tolist() == before and len(session.messages) == 1, f"{enc_label}: {name}: the session changed"
+    return len(BAD_COMPLETIONS)
+
+
 def encoders() -> list[tuple[str, chatids.Encoder]]:
     """One encoder per format family and route present under ``CHATIDS_MODELS_DIR``."""
     base = Path(os.environ.get("CHATIDS_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
@@ -266,6 +288,11 @@ def run(heavy: bool = True) -> tuple[int, list[str]]:
             except AssertionError as e:
                 failures.append(str(e))
             checked += 1
+        if enc.reference != "mistral-common":
+            try:
+                checked += check_completions(enc, enc_label, clock)
+            except AssertionError as e:
+                failures.append(str(e))
         for extreme in EXTREMES:
             if (extreme.heavy and not heavy) or (extreme.only and not re.search(extreme.only, enc_label)):
                 continue

@@ -43,7 +43,17 @@ class Session:
         it), and ``message``, its parsed form (``content``, ``tool_calls``...), which later
         turns render with. Returns ``ids[start:]``: the generation prompt, the completion, and
         whatever the template writes after the turn."""
-        start, added = self._core.append_completion([int(i) for i in ids], message)
+        index = len(self._messages)
+        completion = []
+        for k, i in enumerate(ids):
+            try:
+                value = int(i)
+            except (TypeError, ValueError):
+                raise TypeError(f"message {index}: completion ids must be ints, not {type(i).__name__} (position {k})") from None
+            if not 0 <= value < 2**32:
+                raise _core.ChatTemplateError(f"message {index}: completion id {value} (position {k}) is not a token id")
+            completion.append(value)
+        start, added = self._core.append_completion(completion, message)
         self._messages.append(message)
         self._start = start
         return added
