@@ -8,10 +8,12 @@ CHATIDS_MODELS_DIR ?= $(abspath ../shared/models)
 CHATIDS_DATA_DIR ?= $(abspath ../shared/data)
 export CHATIDS_MODELS_DIR CHATIDS_DATA_DIR
 RESULTS := target/results
+# stubtest runs outside the source tree, so `chatids` is the installed package.
+STUBTEST_DIR := /tmp
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop test test-rust test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
+.PHONY: example develop test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -28,7 +30,13 @@ example: develop
 	$(PY) -m chatids encode examples/conversations.jsonl --model $(CHATIDS_MODELS_DIR)/llama-3.1-8b-instruct --show 0,6
 
 ## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, benchmarks once).
-test: develop test-rust test-python bench-quick
+test: develop test-rust typecheck test-python bench-quick
+
+## The stubs of the compiled core against the built module (stubtest), and mypy --strict over the
+## public API (Encoder, Session, the stubs).
+typecheck: develop
+	cd $(STUBTEST_DIR) && $(abspath $(PY)) -m mypy.stubtest chatids._core
+	$(PY) -m mypy --strict python/chatids/__init__.py python/chatids/_encoder.py python/chatids/_session.py python/chatids/_core.pyi
 
 test-rust: fuzz-build
 	cargo test --quiet

@@ -1,8 +1,25 @@
 """Type stubs for the compiled core ``chatids._core``."""
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, final
 
 import numpy as np
+from typing_extensions import TypeAlias
+
+__all__ = [
+    "Encoder",
+    "Session",
+    "_sentencepiece_encode",
+    "_tekken_encode",
+    "_jinja_render",
+    "_gguf_tokenizer_json",
+    "_pack",
+    "_pad",
+    "ChatTemplateError",
+    "CheckpointError",
+    "__version__",
+    "FORMATS",
+    "MISTRAL_COMMON_FORMATS",
+]
 
 __version__: str
 FORMATS: list[str]
@@ -44,11 +61,12 @@ def _pad(
     """One row of ``width`` per conversation (its first ``lengths[i]`` tokens, padded on the right,
     or on the left with ``left``), flat int64: ``(input_ids, attention_mask, labels, assistant_mask)``."""
 
-#: (year, month, day, hour, minute, second) for the template's strftime_now().
-Clock = tuple[int, int, int, int, int, int]
-#: (policy, original_length, dropped_tokens, dropped_messages)
-TruncationTuple = tuple[str, int, int, list[int]]
+#: (year, month, day, hour, minute, second) for the template's strftime_now() (stub-only alias).
+_Clock: TypeAlias = tuple[int, int, int, int, int, int]
+#: (policy, original_length, dropped_tokens, dropped_messages) (stub-only alias).
+_TruncationTuple: TypeAlias = tuple[str, int, int, list[int]]
 
+@final
 class Session:
     def append(self, messages: Any) -> tuple[int, np.ndarray]: ...
     def append_completion(self, ids: list[int], message: Any) -> tuple[int, np.ndarray]: ...
@@ -58,6 +76,7 @@ class Session:
     @property
     def message_count(self) -> int: ...
 
+@final
 class Encoder:
     @staticmethod
     def from_pretrained(
@@ -99,13 +118,17 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         on_rewrite: str = "error",
     ) -> Session: ...
     @property
     def clock_defaults(self) -> list[tuple[str, str]]: ...
     @property
     def control_tokens(self) -> list[tuple[str, int]]: ...
+    @property
+    def text_encoder(self) -> Optional[str]:
+        """``"native"`` or ``"tokenizers"``; ``None`` on the mistral-common route."""
+        ...
     def explain(self) -> str: ...
     def tokenizer_json(self) -> str: ...
     def encode(
@@ -116,7 +139,7 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         continue_final_message: bool = False,
     ) -> np.ndarray: ...
     def encode_detailed(
@@ -127,7 +150,7 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         continue_final_message: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def render(
@@ -137,7 +160,7 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         continue_final_message: bool = False,
     ) -> str: ...
     def lint(
@@ -149,7 +172,7 @@ class Encoder:
         merge_consecutive: bool = False,
         for_generation: bool = False,
         add_special_tokens: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         continue_final_message: bool = False,
     ) -> list[tuple[str, Optional[int], str]]: ...
     def encode_training(
@@ -160,14 +183,14 @@ class Encoder:
         kwargs: Optional[dict[str, Any]] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         continue_final_message: bool = False,
         mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,
         truncation: Optional[str] = None,
         provenance: bool = False,
-    ) -> tuple[np.ndarray, Optional[np.ndarray], Optional[TruncationTuple], Optional[np.ndarray], Optional[np.ndarray]]: ...
+    ) -> tuple[np.ndarray, Optional[np.ndarray], Optional[_TruncationTuple], Optional[np.ndarray], Optional[np.ndarray]]: ...
     def encode_batch(
         self,
         conversations: Sequence[Sequence[Any]],
@@ -177,11 +200,11 @@ class Encoder:
         num_threads: Optional[int] = None,
         system: Optional[str] = None,
         merge_consecutive: bool = False,
-        now: Optional[Clock] = None,
+        now: Optional[_Clock] = None,
         continue_final_message: bool = False,
         mask: bool = False,
         train_on: str = "all_assistant",
         max_length: Optional[int] = None,
         truncation: Optional[str] = None,
         on_error: str = "raise",
-    ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], list[tuple[int, TruncationTuple]], list[tuple[int, str]]]: ...
+    ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], list[tuple[int, _TruncationTuple]], list[tuple[int, str]]]: ...

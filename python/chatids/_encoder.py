@@ -196,7 +196,7 @@ class Encoder:
     @classmethod
     def from_pretrained(
         cls,
-        path_or_repo_id: Union[str, os.PathLike],
+        path_or_repo_id: Union[str, "os.PathLike[str]"],
         *,
         format: Optional[str] = None,
         reference: Optional[str] = None,
@@ -390,6 +390,7 @@ class Encoder:
             truncation=truncation,
             provenance=True,
         )
+        assert message_indices is not None and from_content is not None  # provenance=True
         return EncodedChat(
             ids,
             message_indices,
@@ -413,7 +414,8 @@ class Encoder:
         kwargs, now = self._template_kwargs(template_kwargs)
         if self._fallback is not None:
             self._fallback_options(system, merge_consecutive, continue_final_message)
-            return self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
+            rendered: str = self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
+            return rendered
         return self._core.render(
             messages,
             add_generation_prompt,
@@ -616,7 +618,7 @@ def _truncation(cut: tuple[str, int, int, list[int]]) -> Truncation:
     return Truncation(policy, original_length, dropped_tokens, tuple(dropped_messages))
 
 
-def _encoder_from_state(state: bytes, cls: type = Encoder) -> Encoder:
+def _encoder_from_state(state: bytes, cls: "type[Encoder]" = Encoder) -> Encoder:
     """Unpickle an :class:`Encoder` (see ``Encoder.__reduce__``)."""
     core = _core.Encoder.from_bytes(state)
     with warnings.catch_warnings():
@@ -640,7 +642,7 @@ _CHECKPOINT_FILES = [
 
 
 def _resolve_checkpoint(
-    path_or_repo_id: Union[str, os.PathLike], *, revision: Optional[str], allow_download: bool
+    path_or_repo_id: Union[str, "os.PathLike[str]"], *, revision: Optional[str], allow_download: bool
 ) -> str:
     """A local path for a directory, GGUF file or Hugging Face repo id (cache first)."""
     path = os.fspath(path_or_repo_id)
