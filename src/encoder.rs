@@ -769,7 +769,7 @@ impl Encoder {
         provenance: bool,
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
-        tools::check_tool_calls(messages)?;
+        tools::check_tool_calls(messages, tools::ArgumentsCheck::DictOrJson)?;
         if options.continue_final_message {
             if options.add_generation_prompt {
                 return Err(TemplateError::whole(
@@ -878,7 +878,7 @@ impl Encoder {
                 })
             }
             Backend::MistralCommon(mc) => {
-                tools::check_tool_calls(messages)?;
+                tools::check_tool_calls(messages, tools::ArgumentsCheck::LeftToRoute)?;
                 let mc_options = Self::mistral_common_options(options)?;
                 mc.render(messages, mc_options)
             }
@@ -930,7 +930,7 @@ impl Encoder {
                 )
             }
             Backend::MistralCommon(mc) => {
-                tools::check_tool_calls(messages)?;
+                tools::check_tool_calls(messages, tools::ArgumentsCheck::LeftToRoute)?;
                 let mc_options = Self::mistral_common_options(options)?;
                 mc.encode_into(messages, mc_options, tracking, out)
             }

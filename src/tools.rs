@@ -76,13 +76,27 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
     Ok(())
 }
 
+/// What [`check_tool_calls`] requires of `function.arguments`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgumentsCheck {
+    /// A dict or a string holding valid JSON (what every Jinja template assumes: it writes
+    /// the string into the prompt as JSON, or calls `tojson` on the dict).
+    DictOrJson,
+    /// Not checked here: the route validates arguments itself, the way its reference does
+    /// (mistral-common keeps a string that is not JSON verbatim and accepts `None`).
+    LeftToRoute,
+}
+
 /// Refuse malformed tool calls before any template sees them (a template would render
 /// `Undefined`, fail without naming the message, or write invalid JSON into the prompt).
 /// Each message's `tool_calls`, when present, must be a list; each call a dict whose
 /// function (`call["function"]`, or the call itself in the flat form some templates accept)
-/// is a dict with a non-empty string `name`; `arguments`, when present, a dict or a string
-/// holding valid JSON.
-pub fn check_tool_calls(messages: &[Message]) -> Result<(), TemplateError> {
+/// is a dict with a non-empty string `name`; with [`ArgumentsCheck::DictOrJson`],
+/// `arguments`, when present, a dict or a string holding valid JSON.
+pub fn check_tool_calls(
+    messages: &[Message],
+    arguments: ArgumentsCheck,
+) -> Result<(), TemplateError> {
     for (i, message) in messages.iter().enumerate() {
         let Some(raw) = message.raw.as_deref() else {
             continue;
@@ -137,6 +151,9 @@ pub fn check_tool_calls(messages: &[Message]) -> Result<(), TemplateError> {
                     ))
                 }
                 None => return Err(TemplateError::at(i, format!("{} has no 'name'", field(at)))),
+            }
+            if arguments == ArgumentsCheck::LeftToRoute {
+                continue;
             }
             match function.get("arguments") {
                 None | Some(Value::Object(_)) => {}
@@ -234,7 +251,14 @@ mod tests {
             {"name": "h", "arguments": "{}"},
             {"function": {"name": "k"}},
         ]);
-        assert!(check_tool_calls(&with_calls(ok)).is_ok());
+        assert!(check_tool_calls(&with_calls(ok), ArgumentsCheck::DictOrJson).is_ok());
+        let left_to_route = serde_json::json!([{"function": {"name": "f", "arguments": "city=Paris"}}, {"name": "g", "arguments": null}]);
+        assert!(check_tool_calls(
+            &with_calls(left_to_route.clone()),
+            ArgumentsCheck::LeftToRoute
+        )
+        .is_ok());
+        assert!(check_tool_calls(&with_calls(left_to_route), ArgumentsCheck::DictOrJson).is_err());
         for (calls, expected) in [
             (serde_json::json!("f()"), "message 1: 'tool_calls' must be a list of calls, not str"),
             (serde_json::json!([["f"]]), "message 1: tool_calls[0] must be a dict"),
@@ -248,8 +272,12 @@ mod tests {
             ),
             (serde_json::json!([{"name": "f", "arguments": [1]}]), "message 1: tool_calls[0].arguments must be a dict or a JSON string, not list"),
         ] {
-            let error = check_tool_calls(&with_calls(calls)).unwrap_err().to_string();
+            let error = check_tool_calls(&with_calls(calls.clone()), ArgumentsCheck::DictOrJson).unwrap_err().to_string();
             assert!(error.starts_with(expected), "{error}");
+            if !expected.contains(".arguments") {
+                let error = check_tool_calls(&with_calls(calls), ArgumentsCheck::LeftToRoute).unwrap_err().to_string();
+                assert!(error.starts_with(expected), "{error}");
+            }
         }
     }
 

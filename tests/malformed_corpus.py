@@ -60,6 +60,8 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     #: Only for encoders whose route/format name matches this regex (None: all).
     only: Optional[str] = None
+    #: Not for encoders whose route/format name matches this regex (the input is valid there).
+    skip: Optional[str] = None
 
 
 CASES: list[Case] = [
@@ -102,12 +104,18 @@ CASES: list[Case] = [
          r"^message 1: tool_calls\[0\]\.function has no 'name'"),
     Case("tool call name int", [U, _call({}, name=7)], r"^message 1: tool_calls\[0\]\.function\.name must be a str, not int"),
     Case("tool call name empty", [U, _call({}, name="")], r"^message 1: tool_calls\[0\]\.function\.name is empty"),
-    Case("invalid JSON arguments", [U, _call('{"city": "Paris"')], r"^message 1: tool_calls\[0\]\.function\.arguments is not valid JSON"),
-    Case("arguments a list", [U, _call([1, 2])], r"^message 1: tool_calls\[0\]\.function\.arguments must be a dict or a JSON string, not list"),
+    # mistral-common keeps an arguments string that is not JSON verbatim (tests/test_mistral_common.py
+    # compares it), so only the template routes refuse it.
+    Case("invalid JSON arguments", [U, _call('{"city": "Paris"')], r"^message 1: tool_calls\[0\]\.function\.arguments is not valid JSON",
+         skip="mistral-common"),
+    Case("arguments a list", [U, _call([1, 2])],
+         r"^message 1: (tool_calls\[0\]\.function\.arguments must be a dict or a JSON string, not list"
+         r"|tool call 0: 'function\.arguments' must be a dict or a JSON string \(mistral-common's ToolCall\))"),
     Case("arguments nested 100,000 deep", [U, _call(_deep(100_000))],
          r"^message 1: tool_calls\[0\]\.function\.arguments\.k\.k.*nest deeper than 128 levels"),
     Case("JSON string arguments nested 10,000 deep", [U, _call('{"k":' * 10_000 + "1" + "}" * 10_000)],
-         r"^message 1: tool_calls\[0\]\.function\.arguments is not valid JSON \(recursion limit"),
+         r"^message 1: (tool_calls\[0\]\.function\.arguments is not valid JSON \(recursion limit"
+         r"|chatids cannot reproduce Python's json.loads here: JSON nested too deeply)"),
     Case("arguments with bytes", [U, _call({"city": b"Paris"})], r"^message 1: .*bytes", only="jinja|mistral-common"),
     Case("arguments with a surrogate", [U, _call({"city": "\ud800"})], r"^message 1: .*not valid text", only="jinja|mistral-common"),
     # A tool result without a call, where the format requires one.
@@ -191,6 +199,8 @@ def label(enc: chatids.Encoder, name: str) -> str:
 
 
 def applies(case: Case, enc_label: str) -> bool:
+    if case.skip is not None and re.search(case.skip, enc_label):
+        return False
     return case.only is None or re.search(case.only, enc_label) is not None
 
 
