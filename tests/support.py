@@ -131,7 +131,7 @@ def full_conformance() -> bool:
 
 
 #: Conversations per corpus file in sample mode.
-SAMPLE_PER_FILE = 24
+SAMPLE_PER_FILE = 16
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ import support
 import chatids
 
 #: Texts compared per corpus file in sample mode.
-SAMPLE_PER_FILE = 150
+SAMPLE_PER_FILE = 100
 #: (add tokens, at start) combinations; the text encoder sees all four from chatids.
 OPTIONS = list(itertools.product([True, False], [True, False]))
 #: Compared texts per (model, kind).
