@@ -10,10 +10,14 @@ export CHATIDS_MODELS_DIR CHATIDS_DATA_DIR
 RESULTS := target/results
 # stubtest runs outside the source tree, so `chatids` is the installed package.
 STUBTEST_DIR := /tmp
+# What the test targets run against: `develop` (editable, incremental build) by default;
+# `make test` sets BUILD=install-wheel, so the suite tests the release wheel users install.
+BUILD ?= develop
+WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
+.PHONY: example develop dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -25,18 +29,36 @@ $(VENV)/.installed: requirements-dev.txt
 develop: $(VENV)/.installed
 	$(VENV)/bin/maturin develop --release --quiet
 
+## The release artifacts in target/wheels: the sdist, and the abi3 manylinux2014 wheel built from
+## that sdist (so the sdist is known to build) with zig, no Docker (the `ziglang` package).
+dist: $(VENV)/.installed
+	rm -rf $(WHEEL_DIR)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --zig --sdist --quiet --out $(WHEEL_DIR)
+
+## Install the release wheel into the virtualenv (in place of `make develop`'s editable build).
+install-wheel: dist
+	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEEL_DIR)/chatids-*.whl
+
+## The wheel in a fresh virtualenv that never saw the source tree: the smoke suite (tests/wheel_smoke.py),
+## wheel size and import time (target/results/wheel.json).
+test-wheel: dist
+	scripts/test_wheel.sh $(WHEEL_DIR) $(PY)
+
 ## Quick start 1: encode the bundled example conversations with Llama 3.1's tokenizer.
 example: develop
 	$(PY) -m chatids encode examples/conversations.jsonl --model $(CHATIDS_MODELS_DIR)/llama-3.1-8b-instruct --show 0,6
 
-## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, benchmarks once).
-test: develop test-rust typecheck test-python bench-quick
+## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, the wheel in a
+## fresh venv, benchmarks once), against the release wheel built once from the sdist.
+test:
+	$(MAKE) BUILD=install-wheel install-wheel test-rust typecheck test-python test-wheel bench-quick
 
 ## The stubs of the compiled core against the built module (stubtest), and mypy --strict over the
 ## public API (Encoder, Session, the stubs).
-typecheck: develop
+typecheck: $(BUILD)
 	cd $(STUBTEST_DIR) && $(abspath $(PY)) -m mypy.stubtest chatids._core
-	$(PY) -m mypy --strict python/chatids/__init__.py python/chatids/_encoder.py python/chatids/_session.py python/chatids/_core.pyi
+	$(PY) -m mypy --strict python/chatids/__init__.py python/chatids/_encoder.py python/chatids/_session.py python/chatids/_core.pyi \
+	  python/chatids/_render_view.py python/chatids/_verify.py
 
 test-rust: fuzz-build
 	cargo test --quiet
@@ -63,13 +85,13 @@ fuzz-encode:
 fuzz-api: develop
 	$(PY) fuzz/fuzz_api.py $(FUZZ_SECONDS)
 
-test-python: develop
+test-python: $(BUILD)
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
 	  $(PY) -m pytest tests -q --durations=25 $(PYTEST_ARGS) --junitxml=$(RESULTS)/pytest.xml
 	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest.xml
 
-bench-quick: develop
+bench-quick: $(BUILD)
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
 	$(PY) benches/memory.py --calls 100000 --conversations 5000
 
