@@ -3,7 +3,10 @@
 Input is a JSONL file of conversations: one ``{"messages": [...], "tools": [...]}`` object per
 line (``tools`` optional), or a bare list of messages.
 
-* ``render`` prints each prompt exactly, special tokens and whitespace visible (``repr`` style).
+* ``render`` prints each prompt exactly, special tokens and whitespace visible (``repr`` style);
+  ``--color`` (terminal) and ``--html OUT.html`` draw the token stream instead, token by token
+  (message, template/special, whitespace, loss mask), ``--compare-transformers`` marks the first
+  id where transformers differs.
 * ``encode`` turns the conversations of a JSONL or Parquet file into token ids, streaming in
   chunks (memory bounded by ``--chunk-size``, whatever the file size), and with ``--out`` writes
   Parquet (``FILE.parquet``), a set of ``.npy`` files (``PREFIX.npy``) or an ``.npz``. Conversations
@@ -591,8 +594,15 @@ def _encode_file(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    """``chatids render``: the prompts as ``repr`` lines (or ``--raw``), or, with ``--color``,
+    ``--html`` or ``--compare-transformers``, the token stream (see :mod:`chatids._render_view`)."""
+    if args.color or args.html or args.compare_transformers:
+        return _render_tokens(args)
     enc = _load(args)
+    show = set(_indices(args.show))
     for i, (conv, tools) in enumerate(_read_records(args.input)):
+        if show and i not in show:
+            continue
         kwargs = _template_kwargs(args)
         if tools is not None:
             kwargs["tools"] = tools
@@ -603,6 +613,99 @@ def cmd_render(args: argparse.Namespace) -> int:
             continue
         print(f"--- conversation {i} ---")
         print(text if args.raw else _repr_lines(text))
+    return 0
+
+
+def _render_tokens(args: argparse.Namespace) -> int:
+    """The token view of ``chatids render``: ``--color`` prints each conversation with rich,
+    ``--html`` writes one page for all of them, ``--compare-transformers`` marks the first id
+    where transformers' ``apply_chat_template(tokenize=True)`` differs (exit status 1 if any
+    conversation differs; 2 for a usage error)."""
+    from . import _render_view as rv
+
+    console = None
+    if args.color:
+        try:
+            console = rv.rich_console()
+        except ImportError as e:
+            print(f"chatids render: error: {e}", file=sys.stderr)
+            return 2
+    try:
+        enc = _load(args)
+        texts = rv.TokenTexts.from_encoder(enc)
+    except (CheckpointError, ValueError) as e:
+        print(f"chatids render: error: {e}", file=sys.stderr)
+        return 2
+    reference = None
+    if args.compare_transformers:
+        if enc.reference != "transformers":
+            print(
+                f"chatids render: error: --compare-transformers compares with transformers, but this encoder reproduces "
+                f"{enc.reference}: load with --reference transformers",
+                file=sys.stderr,
+            )
+            return 2
+        from ._verify import _transformers_tokenizer
+
+        try:
+            reference = _transformers_tokenizer(args.model)
+        except ImportError as e:
+            print(f"chatids render: error: --compare-transformers needs transformers: {e}", file=sys.stderr)
+            return 2
+    if args.html and not os.path.isdir(os.path.dirname(os.path.abspath(args.html))):
+        print(f"chatids render: error: --html {args.html}: its directory does not exist", file=sys.stderr)
+        return 2
+    now = datetime.now()  # one clock for chatids and transformers, for every conversation
+    show = set(_indices(args.show))
+    views = []
+    for i, (conv, tools) in enumerate(_read_records(args.input)):
+        if show and i not in show:
+            continue
+        view = rv.build_view(
+            enc,
+            conv,
+            i,
+            tools=tools,
+            add_generation_prompt=args.add_generation_prompt,
+            sanitize_control_tokens=not args.no_sanitize,
+            train_on=args.train_on,
+            template_kwargs=_template_kwargs(args),
+            now=now,
+            texts=texts,
+            reference=reference,
+            chat_template=args.chat_template,
+        )
+        views.append(view)
+        if console is not None:
+            console.print(rv.rich_renderable(view, console.width))
+            console.print()
+        elif not args.html:
+            if view.error is not None:
+                print(f"--- conversation {i}: refused: {view.error}")
+            else:
+                print(f"--- conversation {i} ---")
+                kwargs = _template_kwargs(args)
+                if tools is not None:
+                    kwargs["tools"] = tools
+                print(_repr_lines(enc.render(conv, add_generation_prompt=args.add_generation_prompt, now=now, **kwargs)))
+                for note in (view.compare_error, view.comparison.summary() if view.comparison else None):
+                    if note:
+                        print(note)
+    if args.html:
+        subtitle = [
+            f"model {args.model} · format {enc.format} · reference {enc.reference} · text encoder {enc.text_encoder} · chatids {__version__}",
+            f"{args.input}: {len(views)} conversations, {sum(len(v.cells) for v in views)} tokens"
+            + (" · compared with transformers' apply_chat_template(tokenize=True)" if reference is not None else ""),
+        ]
+        page = rv.html_page(views, title=f"chatids render: {os.path.basename(args.input)}", subtitle=subtitle)
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(page)
+        print(f"wrote {args.html} ({len(views)} conversations, {sum(len(v.cells) for v in views)} tokens)")
+    if reference is not None:
+        differ = [v.index for v in views if (v.comparison is not None and not v.comparison.identical) or v.compare_error]
+        compared = sum(1 for v in views if v.comparison is not None)
+        print(f"compared with transformers: {compared} conversations, {len(differ)} differ" + (f" ({differ[:20]})" if differ else ""))
+        return 1 if differ else 0
     return 0
 
 
@@ -653,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="chatids", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     commands = (
-        ("render", "print the prompts exactly (repr style)"),
+        ("render", "print the prompts exactly (repr style), or draw their tokens (--color, --html)"),
         ("encode", "encode conversations to token ids"),
         ("verify", "compare chatids with transformers' apply_chat_template"),
         ("explain", "which path serves the checkpoint, and why"),
@@ -706,7 +809,24 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="progress bar on stderr even when it is not a terminal")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     enc.add_argument("--strict", action="store_true", help="exit 1 if any conversation is refused")
-    sub.choices["render"].add_argument("--raw", action="store_true", help="print the prompt exactly, no quoting")
+    render = sub.choices["render"]
+    render.add_argument("--raw", action="store_true", help="print the prompt exactly, no quoting")
+    render.add_argument(
+        "--color", action="store_true",
+        help="draw the token stream in colour: tokens boxed by message, template and special tokens, whitespace, "
+        "the loss mask (needs rich: pip install 'chatids[cli]')",
+    )
+    render.add_argument("--html", metavar="OUT.html", help="write the same picture of every conversation into one self-contained HTML page")
+    render.add_argument(
+        "--compare-transformers", action="store_true",
+        help="mark the first token where transformers' apply_chat_template(tokenize=True) differs (exit 1 if any does)",
+    )
+    render.add_argument("--no-sanitize", action="store_true", help="token view: parse control tokens in content (unsafe), as encode --no-sanitize")
+    render.add_argument(
+        "--train-on", choices=["all_assistant", "last_assistant", "all"], default="all_assistant",
+        help="which turns the mask overlay shows as trained (default all_assistant)",
+    )
+    render.add_argument("--show", default="", metavar="I,J,...", help="only these conversations (0-based positions)")
     sub.choices["verify"].add_argument("--limit", type=int, default=None, help="only the first N conversations")
     lint = sub.choices["lint"]
     lint.add_argument("--for-generation", action="store_true", help="the prompts are for serving calls")

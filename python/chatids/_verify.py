@@ -58,14 +58,15 @@ def _transformers_tokenizer(model: str) -> Any:
 
 
 @contextlib.contextmanager
-def _frozen_transformers_clock() -> Iterator[None]:
-    """transformers' ``strftime_now`` sees FIXED_NOW inside the block."""
+def frozen_transformers_clock(now: datetime = FIXED_NOW) -> Iterator[None]:
+    """transformers' ``strftime_now`` sees ``now`` inside the block (the clock chatids gets as
+    ``now=``), so templates that print today's date render the same on both sides."""
     import transformers.utils.chat_template_utils as ctu
 
     class _Frozen(datetime):
         @classmethod
         def now(cls, tz: Any = None) -> "_Frozen":
-            return cls(FIXED_NOW.year, FIXED_NOW.month, FIXED_NOW.day, FIXED_NOW.hour, FIXED_NOW.minute, FIXED_NOW.second)
+            return cls(now.year, now.month, now.day, now.hour, now.minute, now.second)
 
     saved = ctu.datetime  # type: ignore[attr-defined]
     ctu.datetime = _Frozen  # type: ignore[attr-defined]
@@ -99,7 +100,7 @@ def verify_file(
     tok = _transformers_tokenizer(model)
     summary = Summary()
     records = _read_records(path)[:limit]
-    with _frozen_transformers_clock():
+    with frozen_transformers_clock():
         for index, (messages, tools) in enumerate(records):
             _verify_one(enc, tok, summary, index, messages, tools, chat_template, template_kwargs)
     return summary
@@ -110,8 +111,8 @@ def _verify_one(
     tok: Any,
     summary: Summary,
     index: int,
-    messages: list,
-    tools: Optional[list],
+    messages: list[dict[str, Any]],
+    tools: Optional[list[dict[str, Any]]],
     chat_template: Optional[str],
     template_kwargs: Optional[dict[str, Any]],
 ) -> None:
