@@ -228,13 +228,13 @@ class _NpyAppender:
         self.f.write(self._header(0))
 
     def _header(self, n: int) -> bytes:
-        fields = "{'descr': %r, 'fortran_order': False, 'shape': (%d,), }" % (np.lib.format.dtype_to_descr(self.dtype), n)
+        fields = "{'descr': %r, 'fortran_order': False, 'shape': (%d,), }" % (self.dtype.str, n)
         body = fields.ljust(self.HEADER - 10 - 1) + "\n"
         return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
 
     def append(self, values: np.ndarray) -> None:
         values = np.ascontiguousarray(values, dtype=self.dtype)
-        self.f.write(memoryview(values).cast("B"))
+        self.f.write(values.data.cast("B"))
         self.count += len(values)
 
     def close(self) -> str:
@@ -268,6 +268,7 @@ class _NpyWriter:
         self.files["ids"].append(batch.ids)
         self.files["offsets"].append(batch.offsets[1:] + self.tokens)
         if "labels" in self.files:
+            assert batch.labels is not None and batch.assistant_mask is not None
             self.files["labels"].append(batch.labels)
             self.files["assistant_mask"].append(batch.assistant_mask)
         self.files["source_index"].append(index)
@@ -339,6 +340,7 @@ class _ParquetWriter:
 
         columns = [list_array(batch.ids, batch.offsets)]
         if self.masks:
+            assert batch.labels is not None and batch.assistant_mask is not None
             columns += [list_array(batch.labels, batch.offsets), list_array(batch.assistant_mask, batch.offsets)]
         columns.append(pa.array(index, type=pa.int64()))
         if self.lines:
@@ -381,7 +383,7 @@ def _keep_accepted(batch: Batch, rejected: set[int]) -> Batch:
     def pick(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
         return None if a is None else a[tokens]
 
-    return Batch(pick(batch.ids), offsets, assistant_mask=pick(batch.assistant_mask), labels=pick(batch.labels))
+    return Batch(batch.ids[tokens], offsets, assistant_mask=pick(batch.assistant_mask), labels=pick(batch.labels))
 
 
 _REASON_PREFIX = re.compile(r"^(conversation \d+: )?(row \d+ of the batch: )?(message \d+: )?")
@@ -575,13 +577,13 @@ def _encode_file(args: argparse.Namespace) -> int:
 
     control = {i for _, i in enc.control_tokens}
     show_options = {k: v for k, v in options.items() if k in ("add_generation_prompt", "sanitize_control_tokens", "system", "merge_consecutive")}
-    for index in sorted(shown):
-        conv, tools, ids = shown[index]
+    for shown_index in sorted(shown):
+        conv, tools, ids = shown[shown_index]
         extra = {} if tools is None else {"tools": tools}
         detailed = enc.encode_detailed(conv, **show_options, **kwargs, **extra)
         from_content = sum(1 for t, c in zip(detailed.ids.tolist(), detailed.from_content.tolist()) if c and t in control)
         from_template = sum(1 for t in detailed.ids.tolist() if t in control) - from_content
-        print(f"\n--- conversation {index}: {len(ids)} tokens; control tokens: {from_template} written by the "
+        print(f"\n--- conversation {shown_index}: {len(ids)} tokens; control tokens: {from_template} written by the "
               f"template, {from_content} from content ---")
         render_options = {k: v for k, v in show_options.items() if k != "sanitize_control_tokens"}
         print(_visible(enc.render(conv, **render_options, **kwargs, **extra)))

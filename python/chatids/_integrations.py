@@ -56,6 +56,7 @@ def _assemble(n: int, parts: list[tuple[Sequence[int], Batch]], masks: bool) -> 
             ids[lo:hi] = b.ids[blo:bhi]
             if masks:
                 assert mask is not None and labels is not None
+                assert b.assistant_mask is not None and b.labels is not None
                 mask[lo:hi] = b.assistant_mask[blo:bhi]
                 labels[lo:hi] = b.labels[blo:bhi]
         for k, reason in b.errors.items():
@@ -118,7 +119,7 @@ def encode_collect(
     for i, t in enumerate(tools):
         key = "" if t is None else json.dumps(t, default=str)
         groups.setdefault(key, []).append(i)
-    parts = []
+    parts: list[tuple[Sequence[int], Batch]] = []
     for members in groups.values():
         t = tools[members[0]]
         extra = {} if t is None else {"tools": t}
@@ -162,7 +163,7 @@ def _json_or_value(x: Any) -> Any:
     return json.loads(x) if isinstance(x, (str, bytes)) else x
 
 
-def _restore(cls: type, config: dict[str, Any], payload: Optional[bytes]) -> "_ColumnEncoder":
+def _restore(cls: "type[_ColumnEncoder]", config: dict[str, Any], payload: Optional[bytes]) -> "_ColumnEncoder":
     obj = cls.__new__(cls)
     obj.__dict__.update(config)
     obj._enc = None if payload is None else pickle.loads(payload)
@@ -174,7 +175,7 @@ class _ColumnEncoder:
 
     def __init__(
         self,
-        encoder: Union[Encoder, str, os.PathLike],
+        encoder: Union[Encoder, str, os.PathLike[str]],
         *,
         messages_column: str = "messages",
         tools_column: Optional[str] = None,
@@ -244,7 +245,7 @@ class _ColumnEncoder:
 class HFMap(_ColumnEncoder):
     """``datasets.Dataset.map(fn, batched=True)`` function; see :func:`hf_map`."""
 
-    def __call__(self, examples: Mapping[str, Any]) -> dict[str, list]:
+    def __call__(self, examples: Mapping[str, Any]) -> dict[str, list[Any]]:
         convs = list(examples[self.messages_column])
         tools = list(examples[self.tools_column]) if self.tools_column else None
         batch = self.encode_columns(convs, tools)
@@ -255,7 +256,7 @@ class HFMap(_ColumnEncoder):
             values = flat.tolist()
             return [values[off[i] : off[i + 1]] for i in range(n)]
 
-        out: dict[str, list] = {"input_ids": split(batch.ids)}
+        out: dict[str, list[Any]] = {"input_ids": split(batch.ids)}
         out["attention_mask"] = [[1] * (off[i + 1] - off[i]) for i in range(n)]
         if self.return_assistant_mask:
             assert batch.labels is not None and batch.assistant_mask is not None
@@ -267,7 +268,7 @@ class HFMap(_ColumnEncoder):
 
 
 def hf_map(
-    encoder: Union[Encoder, str, os.PathLike],
+    encoder: Union[Encoder, str, os.PathLike[str]],
     *,
     messages_column: str = "messages",
     tools_column: Optional[str] = None,
@@ -329,7 +330,7 @@ class RayEncode(_ColumnEncoder):
 
     def __init__(
         self,
-        model: Union[Encoder, str, os.PathLike],
+        model: Union[Encoder, str, os.PathLike[str]],
         *,
         drop_input: bool = True,
         **kwargs: Any,
@@ -354,11 +355,13 @@ class RayEncode(_ColumnEncoder):
             keep = {name: _column_to_arrow(values) for name, values in batch.items()}
         if self.drop_input:
             for name in (self.messages_column, self.tools_column):
-                keep.pop(name, None)  # type: ignore[arg-type]
+                if name is not None:
+                    keep.pop(name, None)
         encoded = self.encode_columns(convs, tools)
         columns = dict(keep)
         columns["input_ids"] = list_array(encoded.ids, encoded.offsets)
         if self.return_assistant_mask:
+            assert encoded.labels is not None and encoded.assistant_mask is not None
             columns["labels"] = list_array(encoded.labels, encoded.offsets)
             columns["assistant_mask"] = list_array(encoded.assistant_mask, encoded.offsets)
         if self.on_error == "column":

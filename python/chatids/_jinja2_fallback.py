@@ -21,7 +21,7 @@ MARK_END = "\U000f0001"
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
-def _environment(now: list) -> Any:
+def _environment(now: list[datetime]) -> Any:
     try:
         import jinja2
         import jinja2.ext
@@ -40,7 +40,7 @@ def _environment(now: list) -> Any:
             return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
         def _body(self, caller: Any) -> str:
-            return caller()
+            return str(caller())
 
     class TemplateNamespace(jinja2.utils.Namespace):
         def __init__(*args: Any, **kwargs: Any) -> None:
@@ -69,10 +69,10 @@ def _environment(now: list) -> Any:
         return now[0].strftime(fmt)
 
     class TemplateDict:
-        def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
             return dict(*args, **kwargs)
 
-        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
             return dict.fromkeys(*args, **kwargs)
 
     env = ImmutableSandboxedEnvironment(
@@ -142,12 +142,13 @@ class Jinja2Renderer:
         mark = self._mark if marked else (lambda x: x)
         self._now[0] = now or datetime.now()
         try:
-            return self._template.render(
+            rendered: str = self._template.render(
                 messages=mark(chat),
                 tools=mark(tools),
                 documents=mark(documents),
                 add_generation_prompt=add_generation_prompt,
                 **{**self._special, **mark(kwargs)},
             )
+            return rendered
         except Exception as e:  # the template raised (raise_exception) or failed
             raise ChatTemplateError(f"the chat template raised: {e}") from e

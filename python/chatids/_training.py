@@ -92,7 +92,7 @@ def _right_truncations(lengths: np.ndarray, limit: int) -> dict[int, Truncation]
 # --- Padded rows -------------------------------------------------------------------------
 
 
-class Padded(dict):
+class Padded(dict[str, Any]):
     """What :meth:`Batch.to_padded` returns: a dict of 2-D arrays, one row per conversation.
 
     Keys: ``input_ids`` (int64, ``pad_id`` on padding), ``attention_mask`` (int64, 1 on tokens,
