@@ -1,6 +1,7 @@
 """Turn a pytest-benchmark JSON file into the ratio tables of BENCHMARKS.md.
 
 Usage: python benches/report.py bench.json [more.json ...] [--update BENCHMARKS.md]
+                                [--chart PATH | --no-chart]
 
 Within each group, every benchmark's median is divided by chatids' median: "2.10x" means the
 other side takes 2.10 times as long as chatids.
@@ -10,15 +11,26 @@ the serving markers: the agent loop per model (each way's median for the whole l
 the chatids session and against one full encode of the final conversation) and a latency table
 (p50/p99 of single calls, from ``extra_info``). ``--update`` replaces only the blocks whose
 benchmarks the JSON files hold, so ``make bench-serving`` leaves the other tables alone.
+
+The report also draws the throughput chart (:func:`chart`, matplotlib with the Agg backend): one
+panel per kind of group (``batch-``, ``single-``, ``masks-``, ``bpe-``, ``bpe-cold-``), a row per
+checkpoint (and its format), a bar per implementation, in tokens/s where the group records its
+token count and conversations (or texts)/s otherwise. It goes to ``--chart PATH``, by default
+``throughput.png`` beside the first JSON file (``target/results/throughput.png`` for
+``make bench``); ``--no-chart`` skips it. Without matplotlib the default chart is skipped with a
+note on stderr; an explicit ``--chart`` then fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
+import sys
 from collections import defaultdict
+from typing import Optional, Sequence
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 SERVING_BEGIN, SERVING_END = "<!-- serving:begin -->", "<!-- serving:end -->"
@@ -232,11 +244,219 @@ def _replace(doc: str, begin: str, end: str, text: str) -> str:
     return doc.rstrip("\n") + "\n\n" + block + "\n"
 
 
-def main() -> None:
+# --- the throughput chart -------------------------------------------------------------------
+
+#: Kinds of groups the chart draws, in panel order: (group prefix, panel title). A group belongs
+#: to the longest prefix that matches; ``bpe-long-`` (a few pathological inputs, no rate worth
+#: plotting), ``cli-``, ``training-`` and ``serving-`` groups are not drawn.
+CHART_FAMILIES = [
+    ("batch-", "encode_batch: conversations encoded as one batch"),
+    ("single-", "encode: one conversation per call"),
+    ("masks-", "encode_batch with loss masks"),
+    ("bpe-", "text encoding alone, warm caches (1 thread)"),
+    ("bpe-cold-", "text encoding alone, fresh encoder (1 thread)"),
+]
+_NOT_CHARTED = ("bpe-long-", "cli-", "training-", SERVING)
+
+#: Short legend labels (the tables' labels are Markdown and long).
+CHART_LABELS = {
+    "test_single_chatids": "chatids Encoder.encode",
+    "test_single_transformers": "transformers apply_chat_template",
+    "test_single_transformers_sanitized": "transformers apply_chat_template, sanitize_control_tokens=True",
+    "test_batch_chatids": "chatids Encoder.encode_batch",
+    "test_batch_chatids_tokenizers_crate": "chatids on the tokenizers crate (CHATIDS_TEXT_ENCODER=tokenizers)",
+    "test_batch_tokenizers_encode_batch_fast": "tokenizers encode_batch_fast (pre-rendered strings)",
+    "test_batch_transformers": "transformers apply_chat_template(list)",
+    "test_masked_batch_chatids": "chatids, masks, sanitize off",
+    "test_masked_batch_chatids_sanitized": "chatids, masks, sanitize on (default)",
+    "test_masked_batch_transformers": "transformers return_assistant_tokens_mask ({% generation %} template)",
+    "test_bpe_chatids": "chatids native BPE core",
+    "test_bpe_tokenizers_crate": "tokenizers crate",
+    "test_bpe_tiktoken": "tiktoken encode_ordinary",
+    "test_bpe_cold_chatids": "chatids native BPE core",
+    "test_bpe_cold_tokenizers_crate": "tokenizers crate",
+}
+
+#: The format that serves each benchmarked checkpoint (tests/support.py has the full list); a
+#: ``:jinja`` suffix in the group name is the checkpoint forced onto the generic path.
+CHART_FORMATS = {
+    "meta-llama-3-8b-instruct": "llama-3",
+    "llama-3.1-8b-instruct": "llama-3.1",
+    "llama-3.2-3b-instruct": "llama-3.2",
+    "openhermes-2.5-mistral-7b": "chatml",
+    "qwen2-7b-instruct": "qwen2",
+    "qwen2.5-7b-instruct": "qwen2.5",
+    "qwen3-0.6b": "qwen3",
+    "llama-2-7b-chat": "llama-2",
+    "mistral-7b-instruct-v0.1": "mistral-v1",
+    "mistral-7b-instruct-v0.3": "mistral-v3",
+    "mistral-nemo-instruct-2407": "mistral-v3-tekken",
+    "mistral-large-instruct-2411": "mistral-v7",
+    "mistral-small-24b-instruct-2501": "mistral-v7-tekken",
+    "gemma-2-it-on-gemma3-tokenizer": "gemma",
+    "gemma-3-it": "gemma-3",
+    "deepseek-v3": "jinja",
+    "gpt-oss-120b": "jinja",
+}
+
+
+def _family(group: str) -> Optional[str]:
+    """The chart panel of a group (its prefix), or None if the chart leaves it out."""
+    if group.startswith(_NOT_CHARTED):
+        return None
+    matches = [prefix for prefix, _ in CHART_FAMILIES if group.startswith(prefix)]
+    return max(matches, key=len) if matches else None
+
+
+def _model_label(model: str, family: str) -> str:
+    directory, _, forced = model.partition(":")
+    if family.startswith("bpe"):
+        return directory  # the text encoder alone: no chat format involved
+    fmt = forced or CHART_FORMATS.get(directory)
+    if forced:
+        return f"{directory}\n({forced}, forced)"
+    return f"{directory}\n({fmt})" if fmt else directory
+
+
+def throughput(data: dict) -> dict[str, dict[str, dict[str, tuple[float, str]]]]:
+    """Per chart panel, per checkpoint (group suffix), per implementation (test name): the rate
+    and its unit, from the medians. ``tokens`` in a benchmark's ``extra_info`` gives tokens/s,
+    otherwise its ``conversations`` (or ``unit``) count gives items/s."""
+    out: dict[str, dict[str, dict[str, tuple[float, str]]]] = defaultdict(lambda: defaultdict(dict))
+    for b in data["benchmarks"]:
+        family = _family(b["group"])
+        median = b["stats"]["median"]
+        if family is None or not median:
+            continue
+        info = b.get("extra_info", {})
+        if "tokens" in info:
+            rate, unit = info["tokens"] / median, "tokens/s"
+        elif "conversations" in info:
+            rate, unit = info["conversations"] / median, f"{info.get('unit', 'conversations')}/s"
+        else:
+            continue
+        out[family][b["group"][len(family):]][b["name"].split("[")[0]] = (rate, unit)
+    return out
+
+
+def _chart_label(name: str) -> str:
+    return CHART_LABELS.get(name) or LABELS.get(name, name).replace("`", "")
+
+
+def _fmt_rate(rate: float, unit: str) -> str:
+    if unit == "tokens/s":
+        return f"{rate / 1e6:.2f} M"
+    return f"{rate:,.0f}"
+
+
+def _colour_index(name: str) -> int:
+    """tab10 colour of an implementation: chatids blue (a chatids variant orange), the tokenizers
+    crate green, transformers red (sanitizing purple), tiktoken brown."""
+    if name.endswith("_chatids"):
+        return 0
+    if "chatids" in name:
+        return 1
+    if "sanitized" in name:
+        return 4
+    if "transformers" in name:
+        return 3
+    if "tokenizers" in name or "crate" in name:
+        return 2
+    return 5 if "tiktoken" in name else 7
+
+
+def chart(data: dict, path: str, families: Optional[Sequence[str]] = None) -> str:
+    """Draw the throughput chart of ``data`` (pytest-benchmark JSON) into the PNG ``path``.
+
+    One panel per kind of group (``families``: prefixes of :data:`CHART_FAMILIES`; default:
+    every kind the data holds), one row per checkpoint, one bar per implementation (higher is
+    faster), the rate written at the end of each bar. A panel whose rates span more than 50x
+    uses a log scale. Raises ``ValueError`` when ``data`` holds no group the chart can draw.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = throughput(data)
+    # What each panel measured ("2000 conversations"), shown in its title when uniform.
+    counts_of: dict[str, set[str]] = defaultdict(set)
+    for b in data["benchmarks"]:
+        family, info = _family(b["group"]), b.get("extra_info", {})
+        if family is not None and "conversations" in info:
+            counts_of[family].add(f"{info['conversations']:,} {info.get('unit', 'conversations')} per round")
+    wanted = [prefix for prefix, _ in CHART_FAMILIES if prefix in rates and (families is None or prefix in families)]
+    if not wanted:
+        raise ValueError("no benchmark group to chart (batch-, single-, masks-, bpe- or bpe-cold- groups with medians)")
+    titles = dict(CHART_FAMILIES)
+    # chatids first, then the references; one colour per kind of implementation in every panel.
+    names = sorted(
+        {name for prefix in wanted for rows in rates[prefix].values() for name in rows},
+        key=lambda n: (not n.endswith("_chatids"), "chatids" not in n, n),
+    )
+    palette = plt.get_cmap("tab10")
+    colours = {name: palette(_colour_index(name)) for name in names}
+
+    heights = []
+    for prefix in wanted:
+        models = rates[prefix]
+        bars = sum(len(rows) for rows in models.values())
+        heights.append(1.0 + 0.22 * bars + 0.12 * len(models))
+    fig, axes = plt.subplots(len(wanted), 1, figsize=(11, sum(heights) + 0.8), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, prefix in zip(axes[:, 0], wanted):
+        models = rates[prefix]
+        order = sorted(models)
+        unit = next(iter(next(iter(models.values())).values()))[1]
+        impls = [n for n in names if any(n in models[m] for m in order)]
+        slot = 0.8 / max(1, len(impls))
+        all_rates = [r for m in order for r, _ in models[m].values()]
+        log = max(all_rates) / max(min(all_rates), 1e-12) > 50
+        for k, name in enumerate(impls):
+            ys, xs = [], []
+            for i, m in enumerate(order):
+                if name in models[m]:
+                    ys.append(i - 0.4 + slot * (k + 0.5))
+                    xs.append(models[m][name][0])
+            scaled = [x / 1e6 for x in xs] if unit == "tokens/s" else xs
+            ax.barh(ys, scaled, height=slot * 0.9, color=colours[name], label=_chart_label(name))
+            for y, x, raw in zip(ys, scaled, xs):
+                ax.text(x, y, " " + _fmt_rate(raw, unit), va="center", ha="left", fontsize=7)
+        ax.set_yticks(range(len(order)))
+        ax.set_yticklabels([_model_label(m, prefix) for m in order], fontsize=8)
+        ax.invert_yaxis()
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlabel(("M tokens/s" if unit == "tokens/s" else unit) + (" (log scale)" if log else "") + ", higher is faster")
+        counts = {info for info in counts_of.get(prefix, set())}
+        title = titles[prefix] + (f" ({counts.pop()})" if len(counts) == 1 else "")
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.18)
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
+    machine = data.get("machine_info", {})
+    fig.suptitle(
+        f"chatids throughput (medians); run {data.get('datetime', '?')[:10]} on "
+        f"{machine.get('cpu', {}).get('count', '?')} cores, Python {machine.get('python_version', '?')}",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("json_files", nargs="+", help="pytest-benchmark JSON files (their benchmarks are merged)")
     p.add_argument("--update", help="replace the block between the bench markers in this Markdown file")
-    args = p.parse_args()
+    p.add_argument("--chart", metavar="PATH", help="the throughput chart (PNG); default: throughput.png beside the first JSON file")
+    p.add_argument("--no-chart", action="store_true", help="do not draw the throughput chart")
+    p.add_argument("--chart-groups", metavar="PREFIXES",
+                   help="comma-separated group kinds to draw, e.g. batch-,single- (default: all that the data holds)")
+    args = p.parse_args(argv)
     data: dict = {}
     for path in args.json_files:
         with open(path) as f:
@@ -260,6 +480,31 @@ def main() -> None:
         with open(args.update, "w") as f:
             f.write(doc)
     print("\n\n".join(t for t in (text, "## Serving\n\n" + serving_text if serving_text else "") if t))
+    if not args.no_chart:
+        _write_chart(data, args)
+
+
+def _write_chart(data: dict, args: argparse.Namespace) -> None:
+    path = args.chart or os.path.join(os.path.dirname(os.path.abspath(args.json_files[0])), "throughput.png")
+    families = None if not args.chart_groups else [g.strip() for g in args.chart_groups.split(",") if g.strip()]
+    if families is not None:
+        families = [g if g.endswith("-") else g + "-" for g in families]
+    if not any(_family(b["group"]) for b in data["benchmarks"]):
+        if args.chart:
+            sys.exit("report.py: --chart: the JSON files hold no group the chart draws (batch-, single-, masks-, bpe-)")
+        return  # e.g. make bench-serving: nothing to draw
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if args.chart:
+            sys.exit("report.py: --chart needs matplotlib (pip install matplotlib)")
+        print("report.py: matplotlib is not installed; no throughput chart (pip install matplotlib)", file=sys.stderr)
+        return
+    try:
+        chart(data, path, families)
+    except ValueError as e:
+        sys.exit(f"report.py: --chart: {e}")
+    print(f"report.py: wrote the throughput chart {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
