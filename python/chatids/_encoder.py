@@ -19,10 +19,10 @@ if TYPE_CHECKING:  # _training imports this module; Batch.to_padded/pack import 
     from ._session import Session
     from ._training import Packed, Padded
 
-#: The native formats of the transformers route, by name.
 FORMATS: tuple[str, ...] = tuple(_core.FORMATS)
-#: The mistral-common route's formats (chosen by the checkpoint's mistral-common file).
+"""The native formats of the transformers route, by name."""
 MISTRAL_COMMON_FORMATS: tuple[str, ...] = tuple(_core.MISTRAL_COMMON_FORMATS)
+"""The mistral-common route's formats (chosen by the checkpoint's mistral-common file)."""
 
 Message = Mapping[str, Any]
 Conversation = Sequence[Message]
@@ -32,12 +32,12 @@ Conversation = Sequence[Message]
 class Finding:
     """One problem :meth:`Encoder.lint` found."""
 
-    #: A stable code, e.g. ``"system-unsupported"`` (see the README's lint table).
     code: str
-    #: The message it is about, if one.
+    """A stable code, e.g. ``"system-unsupported"`` (see the README's lint table)."""
     message: Optional[int]
-    #: What happens, in one line.
+    """The message it is about, if one."""
     explanation: str
+    """What happens, in one line."""
 
     def __str__(self) -> str:
         where = f"message {self.message}: " if self.message is not None else ""
@@ -48,35 +48,38 @@ class Finding:
 class Truncation:
     """What a truncation policy cut from one conversation (see ``max_length=``/``truncation=``)."""
 
-    #: ``"drop_oldest_turns"`` (whole turns after the system message) or ``"right"`` (tokens at the end).
     policy: str
-    #: Tokens before truncation.
+    """``"drop_oldest_turns"`` (whole turns after the system message) or ``"right"`` (tokens at the end)."""
     original_length: int
-    #: Tokens removed.
+    """Tokens before truncation."""
     dropped_tokens: int
-    #: Indices (into the caller's messages) of the messages removed by ``"drop_oldest_turns"``.
+    """Tokens removed."""
     dropped_messages: tuple[int, ...] = ()
+    """Indices (into the caller's messages) of the messages removed by ``"drop_oldest_turns"``."""
 
 
 @dataclass(frozen=True)
 class EncodedChat:
     """The ids of one conversation with per-token provenance (and training columns when asked)."""
 
-    #: Token ids (uint32).
     ids: np.ndarray
-    #: Per token, the index of the message it belongs to; -1 for template text outside any
-    #: message (a default system prompt, the generation prompt).
+    """Token ids (uint32)."""
     message_indices: np.ndarray
-    #: Per token, whether it starts inside caller-supplied text (content, role, template
-    #: argument) rather than template text or a template token.
+    """Per token, the index of the message it belongs to; -1 for template text outside any
+    message (a default system prompt, the generation prompt).
+    """
     from_content: np.ndarray
-    #: Per token, 1 where the loss is computed (see ``train_on=``), uint8; None unless
-    #: ``return_assistant_mask=True``.
+    """Per token, whether it starts inside caller-supplied text (content, role, template
+    argument) rather than template text or a template token.
+    """
     assistant_mask: Optional[np.ndarray] = None
-    #: ``ids`` as int64 with -100 where ``assistant_mask`` is 0; None unless asked.
+    """Per token, 1 where the loss is computed (see ``train_on=``), uint8; None unless
+    ``return_assistant_mask=True``.
+    """
     labels: Optional[np.ndarray] = None
-    #: What ``truncation=`` cut, or None.
+    """``ids`` as int64 with -100 where ``assistant_mask`` is 0; None unless asked."""
     truncation: Optional[Truncation] = None
+    """What ``truncation=`` cut, or None."""
 
 
 class Batch:
@@ -99,18 +102,18 @@ class Batch:
         errors: Optional[dict[int, str]] = None,
         truncations: Optional[dict[int, Truncation]] = None,
     ) -> None:
-        #: All token ids (uint32), conversation after conversation.
         self.ids = ids
-        #: ``len(self) + 1`` int64 offsets into :attr:`ids`.
+        """All token ids (uint32), conversation after conversation."""
         self.offsets = offsets
-        #: Flat uint8 loss mask aligned with :attr:`ids`, or None.
+        """``len(self) + 1`` int64 offsets into :attr:`ids`."""
         self.assistant_mask = assistant_mask
-        #: Flat int64 labels aligned with :attr:`ids` (-100 where not trained), or None.
+        """Flat uint8 loss mask aligned with :attr:`ids`, or None."""
         self.labels = labels
-        #: Conversation index -> why it was rejected (``on_error="collect"``); rejected rows are empty.
+        """Flat int64 labels aligned with :attr:`ids` (-100 where not trained), or None."""
         self.errors: dict[int, str] = errors or {}
-        #: Conversation index -> what the truncation policy cut.
+        """Conversation index -> why it was rejected (``on_error="collect"``); rejected rows are empty."""
         self.truncations: dict[int, Truncation] = truncations or {}
+        """Conversation index -> what the truncation policy cut."""
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -172,7 +175,7 @@ class Encoder:
     * ``system``: ``None`` (default) does what the template does with a leading system
       message; ``"error"`` raises where the format has no system turn of its own (instead of
       the template folding it into a user turn); ``"fold"`` folds it into the first user
-      message where the template would raise (Gemma 1/2: ``system + "\n\n" + user``).
+      message where the template would raise (Gemma 1/2: ``system + "\\n\\n" + user``).
     * ``merge_consecutive=True`` joins consecutive messages of the same role with a blank
       line before rendering, where a template would raise on broken alternation.
     """
@@ -627,7 +630,6 @@ def _encoder_from_state(state: bytes, cls: "type[Encoder]" = Encoder) -> Encoder
         return cls(core)
 
 
-#: The files chatids reads from a Hugging Face repo (everything else is left in the Hub).
 _CHECKPOINT_FILES = [
     "tokenizer.json",
     "tokenizer_config.json",
@@ -639,6 +641,7 @@ _CHECKPOINT_FILES = [
     "tekken.json",
     "tokenizer.model.v*",
 ]
+"""The files chatids reads from a Hugging Face repo (everything else is left in the Hub)."""
 
 
 def _resolve_checkpoint(

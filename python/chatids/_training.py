@@ -24,8 +24,8 @@ from ._encoder import Truncation
 if TYPE_CHECKING:  # pragma: no cover
     from ._encoder import Batch
 
-#: The label of positions that are not trained (PyTorch's ``ignore_index``).
 IGNORE_INDEX = -100
+"""The label of positions that are not trained (PyTorch's ``ignore_index``)."""
 
 _SIDES = ("right", "left")
 _TRUNCATIONS = ("error", "right")
@@ -102,8 +102,8 @@ class Padded(dict[str, Any]):
     ``truncation="right"`` cut is in the :attr:`truncations` attribute.
     """
 
-    #: Conversation index -> what ``truncation="right"`` cut from it (empty if nothing).
     truncations: dict[int, Truncation]
+    """Conversation index -> what ``truncation="right"`` cut from it (empty if nothing)."""
 
     def __init__(self, arrays: dict[str, Any], truncations: dict[int, Truncation]) -> None:
         super().__init__(arrays)
@@ -177,46 +177,53 @@ class Packed:
     ``flash_attn_varlen_func`` with :attr:`cu_seqlens` and :attr:`max_seqlen`.
     """
 
-    #: Token ids (int64); ``pad_id`` on padding.
     input_ids: Any
-    #: Labels (int64, not shifted: the model shifts them): the batch's labels, or its ids when
-    #: the batch has none. -100 on padding, wherever the batch's labels are -100, and on the
-    #: first token of every conversation (it has no token of its own conversation before it;
-    #: with the causal shift it would be predicted from the previous conversation of the row).
-    #: So the loss over the rows is the sum of the conversations' own losses.
+    """Token ids (int64); ``pad_id`` on padding."""
     labels: Any
-    #: Position of each token in its conversation, restarting at 0 for every conversation
-    #: (int64). The padding at the end of a row is numbered 0, 1, ... as a segment of its own,
-    #: so the flattened ``position_ids`` restart exactly at the boundaries of :attr:`cu_seqlens`
-    #: (transformers' flash-attention path derives ``cu_seqlens`` from these restarts).
+    """Labels (int64, not shifted: the model shifts them): the batch's labels, or its ids when
+    the batch has none. -100 on padding, wherever the batch's labels are -100, and on the
+    first token of every conversation (it has no token of its own conversation before it;
+    with the causal shift it would be predicted from the previous conversation of the row).
+    So the loss over the rows is the sum of the conversations' own losses.
+    """
     position_ids: Any
-    #: 1 on tokens, 0 on padding (int64). Not a block-diagonal mask: use ``position_ids``,
-    #: ``cu_seqlens`` or ``sequence_ids`` to keep conversations from attending to each other.
+    """Position of each token in its conversation, restarting at 0 for every conversation
+    (int64). The padding at the end of a row is numbered 0, 1, ... as a segment of its own,
+    so the flattened ``position_ids`` restart exactly at the boundaries of :attr:`cu_seqlens`
+    (transformers' flash-attention path derives ``cu_seqlens`` from these restarts).
+    """
     attention_mask: Any
-    #: Per token, the index of its segment in :attr:`cu_seqlens` (int32, numbered over all
-    #: rows); -1 on padding. Document ids for block-diagonal masks (e.g. flex attention).
+    """1 on tokens, 0 on padding (int64). Not a block-diagonal mask: use ``position_ids``,
+    ``cu_seqlens`` or ``sequence_ids`` to keep conversations from attending to each other.
+    """
     sequence_ids: Any
-    #: Per token, the index of its conversation in the batch (int64); -1 on padding.
+    """Per token, the index of its segment in :attr:`cu_seqlens` (int32, numbered over all
+    rows); -1 on padding. Document ids for block-diagonal masks (e.g. flex attention).
+    """
     conversation_index: Any
-    #: Segment boundaries over the flattened rows (int32, starts at 0, ends at
-    #: ``len(rows) * seq_len``): every conversation is a segment, and so is the padding at the
-    #: end of a row (a row without padding has none). Tokens of segment ``k`` are
-    #: ``flat[cu_seqlens[k]:cu_seqlens[k + 1]]``.
+    """Per token, the index of its conversation in the batch (int64); -1 on padding."""
     cu_seqlens: Any
-    #: The longest segment of :attr:`cu_seqlens` (for ``flash_attn_varlen_func``); 0 if no rows.
+    """Segment boundaries over the flattened rows (int32, starts at 0, ends at
+    ``len(rows) * seq_len``): every conversation is a segment, and so is the padding at the
+    end of a row (a row without padding has none). Tokens of segment ``k`` are
+    ``flat[cu_seqlens[k]:cu_seqlens[k + 1]]``.
+    """
     max_seqlen: int
-    #: Conversation indices of each row, in placement order (longest first).
+    """The longest segment of :attr:`cu_seqlens` (for ``flash_attn_varlen_func``); 0 if no rows."""
     rows: list[list[int]]
-    #: Real tokens / (``len(rows) * seq_len``); 0.0 when there are no rows.
+    """Conversation indices of each row, in placement order (longest first)."""
     efficiency: float
-    #: Conversation index -> what ``truncation="right"`` cut from it here (the batch's own
-    #: truncations stay in ``batch.truncations``).
+    """Real tokens / (``len(rows) * seq_len``); 0.0 when there are no rows."""
     truncations: dict[int, Truncation]
-    #: Conversations not placed because they have no tokens (rejected ones, see
-    #: ``batch.errors``), in index order.
+    """Conversation index -> what ``truncation="right"`` cut from it here (the batch's own
+    truncations stay in ``batch.truncations``).
+    """
     skipped: tuple[int, ...]
-    #: Tokens per row.
+    """Conversations not placed because they have no tokens (rejected ones, see
+    ``batch.errors``), in index order.
+    """
     seq_len: int
+    """Tokens per row."""
 
     def __len__(self) -> int:
         return len(self.rows)
