@@ -343,3 +343,21 @@ def test_uncompilable_template_falls_back_to_jinja2_with_a_warning() -> None:
             assert batch[i].tolist() == enc.encode(messages, True, sanitize).tolist()
     with pytest.raises(chatids.CheckpointError, match="cannot be compiled"):
         chatids.Encoder.from_pretrained(support.require_model_path(base), chat_template=AUTOESCAPE_CHATML, format="jinja")
+
+
+#: A template neither engine compiles (an ``{% if %}`` without its ``{% endif %}``).
+BROKEN_TEMPLATE = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endfor %}"
+
+
+def test_template_neither_engine_compiles_is_a_checkpoint_error() -> None:
+    """Not jinja2's TemplateSyntaxError from inside the fallback: the load error of the API,
+    naming both engines; transformers' apply_chat_template fails on the same template."""
+    import jinja2
+    from transformers import AutoTokenizer
+
+    path = support.require_model_path("qwen2.5-7b-instruct")
+    with pytest.raises(chatids.CheckpointError, match="neither in chatids' Jinja engine nor in jinja2"):
+        chatids.Encoder.from_pretrained(path, chat_template=BROKEN_TEMPLATE)
+    tok = AutoTokenizer.from_pretrained(str(path))
+    with pytest.raises(jinja2.TemplateSyntaxError):
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], chat_template=BROKEN_TEMPLATE, tokenize=False)

@@ -184,16 +184,27 @@ class Encoder:
         self._core = core
         self._fallback: Optional[Any] = None
         if core.needs_external_renderer:
+            import jinja2
+
             from ._jinja2_fallback import Jinja2Renderer
 
+            try:
+                self._fallback = Jinja2Renderer(
+                    core.chat_template or "", core.special_tokens_map, [text for text, _ in core.control_tokens]
+                )
+            except jinja2.TemplateError as e:
+                line = getattr(e, "lineno", None)  # TemplateSyntaxError has it
+                where = f" (line {line})" if line else ""
+                raise _core.CheckpointError(
+                    f"the chat template compiles neither in chatids' Jinja engine nor in jinja2{where}: {e}; "
+                    "apply_chat_template fails on it too. Pass chat_template=... with a template that "
+                    "compiles, or format=... to force a native format"
+                ) from e
             warnings.warn(
                 "chatids' Jinja engine cannot compile this chat template; rendering it with Python's jinja2 "
                 "(slower, GIL-bound; ids are still exact). See Encoder.explain().",
                 RuntimeWarning,
                 stacklevel=3,
-            )
-            self._fallback = Jinja2Renderer(
-                core.chat_template or "", core.special_tokens_map, [text for text, _ in core.control_tokens]
             )
 
     @classmethod
