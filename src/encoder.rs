@@ -824,9 +824,13 @@ impl Encoder {
     /// Checks of `options` that only the mistral-common route makes, and what it passes on:
     /// the `tools` argument (the only template argument mistral-common takes; `None` is no
     /// tools) and `continue_final_message` (which excludes `add_generation_prompt`).
-    fn mistral_common_options(
-        options: &EncodeOptions,
-    ) -> Result<crate::mistral_common::Options<'_>> {
+    /// The checks every mistral-common call makes before encoding or rendering: tool calls'
+    /// shape (arguments are left to the route's own validation) and the options it accepts.
+    fn mistral_common_options<'o>(
+        messages: &[Message],
+        options: &'o EncodeOptions,
+    ) -> Result<crate::mistral_common::Options<'o>> {
+        tools::check_tool_calls(messages, tools::ArgumentsCheck::LeftToRoute)?;
         let mut tools = None;
         for (name, value) in &options.kwargs {
             match (name.as_str(), value) {
@@ -878,8 +882,7 @@ impl Encoder {
                 })
             }
             Backend::MistralCommon(mc) => {
-                tools::check_tool_calls(messages, tools::ArgumentsCheck::LeftToRoute)?;
-                let mc_options = Self::mistral_common_options(options)?;
+                let mc_options = Self::mistral_common_options(messages, options)?;
                 mc.render(messages, mc_options)
             }
         }
@@ -930,8 +933,7 @@ impl Encoder {
                 )
             }
             Backend::MistralCommon(mc) => {
-                tools::check_tool_calls(messages, tools::ArgumentsCheck::LeftToRoute)?;
-                let mc_options = Self::mistral_common_options(options)?;
+                let mc_options = Self::mistral_common_options(messages, options)?;
                 mc.encode_into(messages, mc_options, tracking, out)
             }
         }
