@@ -17,7 +17,7 @@ WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
+.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -53,6 +53,10 @@ example: develop
 test:
 	$(MAKE) BUILD=install-wheel install-wheel test-rust typecheck test-python test-wheel bench-quick
 
+## The documentation site, built offline into target/site (tests/test_docs_build.py builds it too).
+docs: $(BUILD)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir target/site
+
 ## The stubs of the compiled core against the built module (stubtest), and mypy --strict over the
 ## whole package (settings in pyproject.toml: the untyped optional dependencies are Any).
 typecheck: $(BUILD)
@@ -84,11 +88,16 @@ fuzz-encode:
 fuzz-api: develop
 	$(PY) fuzz/fuzz_api.py $(FUZZ_SECONDS)
 
+## pytest on tests/ as PYTEST_SHARDS processes side by side (scripts/run_pytest.py): with 2, the
+## first runs PYTEST_FIRST (about half the suite's time), the second every other file;
+## PYTEST_SHARDS=1 runs one process.
+PYTEST_SHARDS ?= 2
+PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py
 test-python: $(BUILD)
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
-	  $(PY) -m pytest tests -q --durations=25 $(PYTEST_ARGS) --junitxml=$(RESULTS)/pytest.xml
-	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest.xml
+	  $(PY) scripts/run_pytest.py --results $(RESULTS) --shards $(PYTEST_SHARDS) --first $(PYTEST_FIRST) -- $(PYTEST_ARGS)
+	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest-*.xml
 
 bench-quick: $(BUILD)
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable

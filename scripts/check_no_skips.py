@@ -1,4 +1,4 @@
-"""Fail when a pytest JUnit report holds skipped tests and skips are not allowed.
+"""Fail when pytest JUnit reports hold skipped tests and skips are not allowed, or hold no test.
 
 `.ci/run` sets CHATIDS_REQUIRE_MODELS=1: there a skipped test (a model or the corpus not found)
 means the conformance suite did not really run, so CI must fail. Locally skips are reported
@@ -12,15 +12,21 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def main(path: str) -> int:
-    root = ET.parse(path).getroot()
-    skipped = [
-        f"{case.get('classname')}::{case.get('name')}: {skip.get('message', '')}"
-        for case in root.iter("testcase")
-        for skip in case.findall("skipped")
-    ]
-    total = sum(1 for _ in root.iter("testcase"))
-    print(f"{total} tests, {len(skipped)} skipped")
+def main(paths: list[str]) -> int:
+    skipped, total = [], 0
+    for path in paths:
+        root = ET.parse(path).getroot()
+        cases = list(root.iter("testcase"))
+        if not cases:
+            print(f"error: {path} holds no test at all", file=sys.stderr)
+            return 1
+        total += len(cases)
+        skipped += [
+            f"{case.get('classname')}::{case.get('name')}: {skip.get('message', '')}"
+            for case in cases
+            for skip in case.findall("skipped")
+        ]
+    print(f"{total} tests, {len(skipped)} skipped ({len(paths)} report(s))")
     for s in skipped:
         print("  skipped:", s)
     if skipped and os.environ.get("CHATIDS_REQUIRE_MODELS", "") not in ("", "0"):
@@ -30,4 +36,6 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    if len(sys.argv) < 2:
+        sys.exit("usage: check_no_skips.py REPORT.xml [REPORT.xml ...]")
+    sys.exit(main(sys.argv[1:]))

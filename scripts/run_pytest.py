@@ -1,0 +1,87 @@
+"""Run the pytest suite as parallel processes, each on whole test files (`make test-python`).
+
+Most of the suite's time is the single-threaded transformers reference, so on a 2-core machine
+two pytest processes side by side take about half the time of one. Each process runs whole
+files, so every module's fixtures, counters and terminal summaries (the conformance table and
+the counts of the other suites) stay in one process and are printed as usual.
+
+Usage: python scripts/run_pytest.py --results DIR [--shards N] [--first FILE ...] [-- PYTEST_ARGS]
+
+* ``--shards 1`` runs one pytest process over ``tests/`` (what the full conformance runs use).
+* ``--shards 2`` (default): the first process runs the ``--first`` files, the second every other
+  file under ``tests/`` (a new test file lands there without being listed).
+
+Each process writes its output to ``DIR/pytest-K.log`` (printed when all are done, one after the
+other) and its JUnit report to ``DIR/pytest-K.xml``. The exit status is non-zero if any process
+failed; ``scripts/check_no_skips.py`` then reads every report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def commands(results: Path, shards: int, first: list[str], pytest_args: list[str]) -> list[list[str]]:
+    """One pytest command line per process."""
+    base = [sys.executable, "-m", "pytest", "-q", "--durations=15", "-p", "no:cacheprovider"]
+    if shards == 1:
+        return [base + ["tests", f"--junitxml={results / 'pytest-1.xml'}"] + pytest_args]
+    if shards != 2:
+        raise SystemExit("run_pytest: --shards is 1 or 2")
+    missing = [f for f in first if not (REPO / f).is_file()]
+    if not first or missing:
+        raise SystemExit(f"run_pytest: --first needs existing test files (missing: {missing})")
+    ignores = [f"--ignore={f}" for f in first]
+    return [
+        base + first + [f"--junitxml={results / 'pytest-1.xml'}"] + pytest_args,
+        base + ["tests"] + ignores + [f"--junitxml={results / 'pytest-2.xml'}"] + pytest_args,
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, required=True)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--first", nargs="*", default=[])
+    parser.add_argument("pytest_args", nargs="*")
+    args = parser.parse_args()
+    args.results.mkdir(parents=True, exist_ok=True)
+    for old in args.results.glob("pytest-*.xml"):
+        old.unlink()
+    started = time.perf_counter()
+    running = []
+    for k, cmd in enumerate(commands(args.results, args.shards, args.first, args.pytest_args), start=1):
+        log = args.results / f"pytest-{k}.log"
+        print(f"run_pytest: process {k}: {' '.join(cmd[1:])} > {log}", flush=True)
+        handle = log.open("w")
+        running.append((k, log, handle, subprocess.Popen(cmd, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)))
+    finished: dict[int, float] = {}
+    try:
+        while len(finished) < len(running):
+            for k, _, handle, proc in running:
+                if k not in finished and proc.poll() is not None:
+                    finished[k] = time.perf_counter() - started
+                    handle.close()
+            time.sleep(0.5)
+    finally:  # interrupted: no pytest process outlives this one
+        for _, _, _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+    status = 0
+    for k, log, _, proc in running:
+        print(f"\n===== pytest process {k}: exit {proc.returncode}, {finished[k]:.0f} s =====", flush=True)
+        sys.stdout.write(log.read_text(encoding="utf-8", errors="replace"))
+        sys.stdout.flush()
+        status = status or proc.returncode
+    print(f"run_pytest: {len(running)} process(es), {time.perf_counter() - started:.0f} s in all, exit {status}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
