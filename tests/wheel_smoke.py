@@ -9,7 +9,8 @@
    installed, run from a temporary directory): ``import chatids`` comes from that venv, and for
    each family ``encode`` equals the reference, ``encode_batch`` equals ``encode``, a pickled
    encoder encodes the same, ``render`` holds the content, and the ``chatids`` console script
-   renders a file. (The script measures the import time, in fresh interpreters.)
+   renders a file; the metadata (license file, Python range, extras, console script) is the
+   documented one. (The script measures the import time, in fresh interpreters.)
 
 Exits non-zero on the first failure with the family and what differed. Needs
 ``CHATIDS_MODELS_DIR``.
@@ -79,6 +80,30 @@ def _fail(family: str, what: str) -> None:
     sys.exit(1)
 
 
+#: The extras the README documents (pyproject.toml's optional-dependencies).
+EXTRAS = {"cli", "datasets", "ray", "torch", "hf", "docs", "test", "dev"}
+
+
+def _check_metadata() -> None:
+    """The installed distribution's metadata: license file, Python range, extras, console script."""
+    from importlib import metadata
+
+    meta = metadata.metadata("chatids")
+    if meta.get("License") != "Apache-2.0" or "LICENSE" not in (meta.get_all("License-File") or []):
+        _fail("metadata", f"license {meta.get('License')!r}, license files {meta.get_all('License-File')}")
+    if not any(str(f).endswith("licenses/LICENSE") for f in metadata.files("chatids") or []):
+        _fail("metadata", "the wheel does not carry the LICENSE file")
+    if meta.get("Requires-Python") != ">=3.9":
+        _fail("metadata", f"Requires-Python is {meta.get('Requires-Python')!r}")
+    extras = set(meta.get_all("Provides-Extra") or [])
+    if extras != EXTRAS:
+        _fail("metadata", f"extras {sorted(extras)}, expected {sorted(EXTRAS)}")
+    scripts = [e for e in metadata.entry_points(group="console_scripts") if e.name == "chatids"]
+    if [e.value for e in scripts] != ["chatids._cli:main"]:
+        _fail("metadata", f"console script chatids: {[e.value for e in scripts]}")
+    print(f"wheel smoke: metadata ok (Apache-2.0 with LICENSE, Python >=3.9, extras {', '.join(sorted(extras))})")
+
+
 def check(golden_file: Path) -> None:
     """The checks in the fresh venv."""
     import chatids
@@ -86,6 +111,7 @@ def check(golden_file: Path) -> None:
     location = Path(chatids.__file__).resolve()
     if Path(sys.prefix).resolve() not in location.parents:
         _fail("import", f"chatids imported from {location}, not from the fresh venv {sys.prefix}")
+    _check_metadata()
     golden = json.loads(golden_file.read_text())
     for family, name in FAMILIES.items():
         enc = chatids.Encoder.from_pretrained(_models() / name)
