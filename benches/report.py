@@ -277,29 +277,6 @@ CHART_LABELS = {
     "test_bpe_cold_tokenizers_crate": "tokenizers crate",
 }
 
-#: The format that serves each benchmarked checkpoint (tests/support.py has the full list); a
-#: ``:jinja`` suffix in the group name is the checkpoint forced onto the generic path.
-CHART_FORMATS = {
-    "meta-llama-3-8b-instruct": "llama-3",
-    "llama-3.1-8b-instruct": "llama-3.1",
-    "llama-3.2-3b-instruct": "llama-3.2",
-    "openhermes-2.5-mistral-7b": "chatml",
-    "qwen2-7b-instruct": "qwen2",
-    "qwen2.5-7b-instruct": "qwen2.5",
-    "qwen3-0.6b": "qwen3",
-    "llama-2-7b-chat": "llama-2",
-    "mistral-7b-instruct-v0.1": "mistral-v1",
-    "mistral-7b-instruct-v0.3": "mistral-v3",
-    "mistral-nemo-instruct-2407": "mistral-v3-tekken",
-    "mistral-large-instruct-2411": "mistral-v7",
-    "mistral-small-24b-instruct-2501": "mistral-v7-tekken",
-    "gemma-2-it-on-gemma3-tokenizer": "gemma",
-    "gemma-3-it": "gemma-3",
-    "deepseek-v3": "jinja",
-    "gpt-oss-120b": "jinja",
-}
-
-
 def _family(group: str) -> Optional[str]:
     """The chart panel of a group (its prefix), or None if the chart leaves it out."""
     if group.startswith(_NOT_CHARTED):
@@ -308,14 +285,25 @@ def _family(group: str) -> Optional[str]:
     return max(matches, key=len) if matches else None
 
 
-def _model_label(model: str, family: str) -> str:
+def _model_label(model: str, family: str, fmt: Optional[str]) -> str:
+    """A row's label: the checkpoint directory and the format that served it (the benchmark's
+    ``extra_info["format"]``); a ``:jinja`` suffix in the group name is a forced format."""
     directory, _, forced = model.partition(":")
     if family.startswith("bpe"):
         return directory  # the text encoder alone: no chat format involved
-    fmt = forced or CHART_FORMATS.get(directory)
     if forced:
-        return f"{directory}\n({forced}, forced)"
+        return f"{directory}\n({fmt or forced}, forced)"
     return f"{directory}\n({fmt})" if fmt else directory
+
+
+def formats(data: dict) -> dict[str, str]:
+    """Per checkpoint (group suffix), the format the benchmarks recorded in ``extra_info``."""
+    out: dict[str, str] = {}
+    for b in data["benchmarks"]:
+        family, fmt = _family(b["group"]), b.get("extra_info", {}).get("format")
+        if family is not None and fmt:
+            out[b["group"][len(family):]] = fmt
+    return out
 
 
 def throughput(data: dict) -> dict[str, dict[str, dict[str, tuple[float, str]]]]:
@@ -379,6 +367,7 @@ def chart(data: dict, path: str, families: Optional[Sequence[str]] = None) -> st
     import matplotlib.pyplot as plt
 
     rates = throughput(data)
+    format_of = formats(data)
     # What each panel measured ("2000 conversations"), shown in its title when uniform.
     counts_of: dict[str, set[str]] = defaultdict(set)
     for b in data["benchmarks"]:
@@ -423,12 +412,12 @@ def chart(data: dict, path: str, families: Optional[Sequence[str]] = None) -> st
             for y, x, raw in zip(ys, scaled, xs):
                 ax.text(x, y, " " + _fmt_rate(raw, unit), va="center", ha="left", fontsize=7)
         ax.set_yticks(range(len(order)))
-        ax.set_yticklabels([_model_label(m, prefix) for m in order], fontsize=8)
+        ax.set_yticklabels([_model_label(m, prefix, format_of.get(m)) for m in order], fontsize=8)
         ax.invert_yaxis()
         if log:
             ax.set_xscale("log")
         ax.set_xlabel(("M tokens/s" if unit == "tokens/s" else unit) + (" (log scale)" if log else "") + ", higher is faster")
-        counts = {info for info in counts_of.get(prefix, set())}
+        counts = set(counts_of.get(prefix, ()))
         title = titles[prefix] + (f" ({counts.pop()})" if len(counts) == 1 else "")
         ax.set_title(title, fontsize=10, loc="left")
         ax.grid(axis="x", alpha=0.3)

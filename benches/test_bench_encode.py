@@ -18,28 +18,32 @@ ROUNDS_SINGLE = 7
 ROUNDS_BATCH = 7
 
 
+def _describe(benchmark, kind: str, bench_model, **info) -> None:
+    """The group (``kind-model``) and what a round measures; ``format`` labels the checkpoint
+    in report.py's chart."""
+    benchmark.group = f"{kind}-{bench_model.name}"
+    benchmark.extra_info.update(format=bench_model.enc.format, **info)
+
+
 def _run(benchmark, fn, rounds):
     benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1)
 
 
 def test_single_chatids(benchmark, bench_model):
-    benchmark.group = f"single-{bench_model.name}"
+    _describe(benchmark, "single", bench_model, conversations=len(bench_model.single))
     enc, kw = bench_model.enc, bench_model.kwargs
-    benchmark.extra_info["conversations"] = len(bench_model.single)
     _run(benchmark, lambda: [enc.encode(c, **kw) for c in bench_model.single], ROUNDS_SINGLE)
 
 
 def test_single_transformers(benchmark, bench_model):
-    benchmark.group = f"single-{bench_model.name}"
+    _describe(benchmark, "single", bench_model, conversations=len(bench_model.single))
     tok, kw = bench_model.tok, bench_model.kwargs
-    benchmark.extra_info["conversations"] = len(bench_model.single)
     _run(benchmark, lambda: [tok.apply_chat_template(c, tokenize=True, **kw) for c in bench_model.single], ROUNDS_SINGLE)
 
 
 def test_single_transformers_sanitized(benchmark, bench_model):
-    benchmark.group = f"single-{bench_model.name}"
+    _describe(benchmark, "single", bench_model, conversations=len(bench_model.single))
     tok, kw = bench_model.tok, bench_model.kwargs
-    benchmark.extra_info["conversations"] = len(bench_model.single)
     _run(
         benchmark,
         lambda: [tok.apply_chat_template(c, tokenize=True, sanitize_control_tokens=True, **kw) for c in bench_model.single],
@@ -48,22 +52,19 @@ def test_single_transformers_sanitized(benchmark, bench_model):
 
 
 def test_batch_chatids(benchmark, bench_model):
-    benchmark.group = f"batch-{bench_model.name}"
-    benchmark.extra_info.update(conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
+    _describe(benchmark, "batch", bench_model, conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
     _run(benchmark, lambda: bench_model.enc.encode_batch(bench_model.batch, **bench_model.kwargs), ROUNDS_BATCH)
 
 
 def test_batch_chatids_tokenizers_crate(benchmark, bench_model):
-    benchmark.group = f"batch-{bench_model.name}"
-    benchmark.extra_info.update(conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
+    _describe(benchmark, "batch", bench_model, conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
     enc = bench_model.enc_crate
     assert enc.text_encoder == "tokenizers"
     _run(benchmark, lambda: enc.encode_batch(bench_model.batch, **bench_model.kwargs), ROUNDS_BATCH)
 
 
 def test_batch_transformers(benchmark, bench_model):
-    benchmark.group = f"batch-{bench_model.name}"
-    benchmark.extra_info.update(conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
+    _describe(benchmark, "batch", bench_model, conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
     _run(
         benchmark,
         lambda: bench_model.tok.apply_chat_template(bench_model.batch, tokenize=True, **bench_model.kwargs),
@@ -72,7 +73,6 @@ def test_batch_transformers(benchmark, bench_model):
 
 
 def test_batch_tokenizers_encode_batch_fast(benchmark, bench_model):
-    benchmark.group = f"batch-{bench_model.name}"
-    benchmark.extra_info.update(conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
+    _describe(benchmark, "batch", bench_model, conversations=len(bench_model.batch), tokens=bench_model.batch_tokens)
     backend = bench_model.tok.backend_tokenizer
     _run(benchmark, lambda: backend.encode_batch_fast(bench_model.rendered, add_special_tokens=False), ROUNDS_BATCH)

@@ -92,7 +92,7 @@ def mask_bench(request, corpus) -> MaskBench:
 
 def _info(benchmark, b: MaskBench) -> None:
     benchmark.group = f"masks-{b.name}"
-    benchmark.extra_info.update(conversations=len(b.batch), tokens=b.tokens, trained_tokens=b.trained)
+    benchmark.extra_info.update(format=b.enc.format, conversations=len(b.batch), tokens=b.tokens, trained_tokens=b.trained)
 
 
 def test_masked_batch_chatids(benchmark, mask_bench):

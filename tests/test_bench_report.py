@@ -31,16 +31,16 @@ def _bench(group: str, name: str, median: float, **extra) -> dict:
 
 def synthetic() -> dict:
     benches = []
-    for model, scale in (("llama-3.1-8b-instruct", 1.0), ("qwen2.5-7b-instruct:jinja", 1.8)):
-        info = {"conversations": 2000, "tokens": 850_000}
+    for model, fmt, scale in (("llama-3.1-8b-instruct", "llama-3.1", 1.0), ("qwen2.5-7b-instruct:jinja", "jinja", 1.8)):
+        info = {"format": fmt, "conversations": 2000, "tokens": 850_000}
         benches += [
             _bench(f"batch-{model}", "test_batch_chatids", 0.040 * scale, **info),
             _bench(f"batch-{model}", "test_batch_chatids_tokenizers_crate", 0.210 * scale, **info),
             _bench(f"batch-{model}", "test_batch_tokenizers_encode_batch_fast", 0.530, **info),
             _bench(f"batch-{model}", "test_batch_transformers", 0.577, **info),
-            _bench(f"single-{model}", "test_single_chatids", 0.005 * scale, conversations=200),
-            _bench(f"single-{model}", "test_single_transformers", 0.117, conversations=200),
-            _bench(f"single-{model}", "test_single_transformers_sanitized", 9.2, conversations=200),
+            _bench(f"single-{model}", "test_single_chatids", 0.005 * scale, format=fmt, conversations=200),
+            _bench(f"single-{model}", "test_single_transformers", 0.117, format=fmt, conversations=200),
+            _bench(f"single-{model}", "test_single_transformers_sanitized", 9.2, format=fmt, conversations=200),
         ]
     # groups the chart leaves out
     benches.append(_bench("training-pack", "test_pack_chatids", 0.2, conversations=100_000, tokens=39_000_000))
@@ -64,6 +64,15 @@ def test_throughput_is_tokens_per_second_or_conversations_per_second():
     assert unit == "tokens/s" and rate == pytest.approx(850_000 / 0.040)
     rate, unit = rates["single-"]["qwen2.5-7b-instruct:jinja"]["test_single_transformers"]
     assert unit == "conversations/s" and rate == pytest.approx(200 / 0.117)
+
+
+def test_rows_are_labelled_with_the_recorded_format():
+    report = _report_module()
+    assert report.formats(synthetic()) == {"llama-3.1-8b-instruct": "llama-3.1", "qwen2.5-7b-instruct:jinja": "jinja"}
+    assert report._model_label("llama-3.1-8b-instruct", "batch-", "llama-3.1") == "llama-3.1-8b-instruct\n(llama-3.1)"
+    assert report._model_label("qwen2.5-7b-instruct:jinja", "batch-", "jinja") == "qwen2.5-7b-instruct\n(jinja, forced)"
+    assert report._model_label("gemma-3-it", "batch-", None) == "gemma-3-it"  # a JSON from before formats were recorded
+    assert report._model_label("gemma-3-it", "bpe-", "gemma-3") == "gemma-3-it"
 
 
 def test_the_chart_is_a_png(tmp_path):
