@@ -90,7 +90,7 @@ fuzz-api: develop
 
 ## pytest on tests/ as PYTEST_SHARDS processes side by side (scripts/run_pytest.py): with 2, the
 ## first runs PYTEST_FIRST (about half the suite's time), the second every other file;
-## PYTEST_SHARDS=1 runs one process.
+## PYTEST_SHARDS=1 runs one process (use it with a PYTEST_ARGS='-k ...' that selects few files).
 PYTEST_SHARDS ?= 2
 PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py
 test-python: $(BUILD)

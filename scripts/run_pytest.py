@@ -7,7 +7,8 @@ the counts of the other suites) stay in one process and are printed as usual.
 
 Usage: python scripts/run_pytest.py --results DIR [--shards N] [--first FILE ...] [-- PYTEST_ARGS]
 
-* ``--shards 1`` runs one pytest process over ``tests/`` (what the full conformance runs use).
+* ``--shards 1`` runs one pytest process over ``tests/`` (needed when ``PYTEST_ARGS`` selects
+  tests of one process only, e.g. ``-k``: the other would collect none and fail).
 * ``--shards 2`` (default): the first process runs the ``--first`` files, the second every other
   file under ``tests/`` (a new test file lands there without being listed).
 
