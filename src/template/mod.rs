@@ -29,6 +29,7 @@ pub(crate) mod pyvalue;
 mod scope;
 mod strftime;
 mod unicode;
+pub mod variables;
 #[rustfmt::skip]
 mod unicode_tables;
 
@@ -85,6 +86,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     source: String,
     reads_clock: bool,
+    /// The names the template reads from its context ([`variables::undeclared`]).
+    variables: std::collections::BTreeSet<String>,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -128,6 +131,7 @@ impl ChatTemplate {
         let stmts = parser::parse(tokens)
             .map_err(|e| format!("syntax error: {} (line {})", e.message, e.line))?;
         let emitted = emit::emit(&stmts, markup)?;
+        let variables = variables::undeclared(&stmts);
         let mut env = new_environment();
         let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             env.add_template_owned(TEMPLATE_NAME, emitted.source)
@@ -138,6 +142,7 @@ impl ChatTemplate {
             env,
             source: source.to_string(),
             reads_clock: emitted.reads_clock,
+            variables,
         })
     }
 
@@ -172,6 +177,13 @@ impl ChatTemplate {
     /// Whether the template calls `strftime_now` (so the caller knows it needs a date).
     pub fn reads_clock(&self) -> bool {
         self.reads_clock
+    }
+
+    /// The names the template reads from its context, as jinja2's
+    /// `meta.find_undeclared_variables` gives them (without the environment's globals):
+    /// `messages`, `add_generation_prompt`, the special tokens, and its template arguments.
+    pub fn variables(&self) -> &std::collections::BTreeSet<String> {
+        &self.variables
     }
 
     /// The template source.
