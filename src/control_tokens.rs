@@ -227,12 +227,16 @@ fn scan_tag(template: &str, start: usize, close: &str) -> (usize, Vec<String>) {
             while j < bytes.len() && bytes[j] != b {
                 j += if bytes[j] == b'\\' { 2 } else { 1 };
             }
-            let end = j.min(bytes.len());
+            // A backslash before a multi-byte character (or at the end) skips into it.
+            let mut end = j.min(bytes.len());
+            while !template.is_char_boundary(end) {
+                end += 1;
+            }
             strings.push(unescape(&template[i + 1..end]));
             i = end + 1;
             continue;
         }
-        if template[i..].starts_with(close) {
+        if bytes[i..].starts_with(close.as_bytes()) {
             return (i + close.len(), strings);
         }
         i += 1;
@@ -286,6 +290,15 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_tags_with_multibyte_text_do_not_panic() {
+        // An unclosed tag (`tojson}` without `%`) before full-width characters, and a
+        // backslash right before a multi-byte character inside a string.
+        for t in ["{% set x = y | tojson} <｜User｜>{{ '｜' }}", "{{ '\\｜' }}<｜A｜>", "{% '\\"] {
+            let _ = template_literals(t);
+        }
+    }
 
     #[test]
     fn partial_edges_are_token_prefixes_at_the_end_or_suffixes_at_the_start() {
