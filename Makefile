@@ -95,7 +95,7 @@ PYTEST_SHARDS ?= 2
 PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py
 test-python: $(BUILD)
 	mkdir -p $(RESULTS)
-	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json \
+	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json CHATIDS_CORPUS_REPORT=$(RESULTS)/template-corpus.json \
 	  $(PY) scripts/run_pytest.py --results $(RESULTS) --shards $(PYTEST_SHARDS) --first $(PYTEST_FIRST) -- $(PYTEST_ARGS)
 	$(PY) scripts/check_no_skips.py $(RESULTS)/pytest-*.xml
 
@@ -107,9 +107,11 @@ bench-quick: $(BUILD)
 conformance-full: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
+	  CHATIDS_CORPUS_REPORT=$(RESULTS)/template-corpus-full.json \
 	  $(PY) -m pytest tests/test_conformance.py tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py \
 	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py tests/test_masks.py \
-	  tests/test_session.py tests/test_native_bpe.py tests/test_injection.py tests/test_fuzz_api.py -q -s
+	  tests/test_session.py tests/test_native_bpe.py tests/test_injection.py tests/test_fuzz_api.py \
+	  tests/test_template_corpus.py tests/test_format_choice.py -q -s
 
 ## Only the generic (Jinja) path on every conversation of the corpus, for every shared checkpoint.
 conformance-generic: develop

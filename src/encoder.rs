@@ -10,7 +10,7 @@ use crate::batch::{self, Batch};
 use crate::checkpoint::Checkpoint;
 use crate::control_tokens::ControlTokens;
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
-use crate::error::{Error, Result, TemplateError};
+use crate::error::{Error, Refusal, Result, TemplateError};
 use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::generic::{JinjaFormat, JinjaRequest};
 use crate::message::Message;
@@ -19,7 +19,7 @@ use crate::persist::Origin;
 use crate::pieces::Pieces;
 use crate::policies;
 use crate::prefill;
-use crate::probes::{self, ProbeReport};
+use crate::probes::{self, DifferenceKind, ProbeReport};
 use crate::session::TokenSplitter;
 use crate::template::{ChatTemplate, DateTime};
 use crate::text::{EncoderChoice, Selected, TextEncoder, TextOptions};
@@ -64,6 +64,54 @@ impl Default for EncodeOptions {
     }
 }
 
+/// The template arguments every template is given by transformers, accepted whether or not the
+/// template reads them: its special-token names (`SPECIAL_TOKENS_ATTRIBUTES`), `tools` and
+/// `documents`.
+pub const ALWAYS_ACCEPTED: &[&str] = &[
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+    "tools",
+    "documents",
+];
+
+/// What to do with a template argument the template does not read.
+///
+/// transformers passes every keyword argument to the template, which ignores the ones it does
+/// not read, so a misspelled or misplaced argument (`enable_thinking` for a Llama template)
+/// changes nothing without a word. chatids refuses it by default, naming it and the arguments
+/// the template reads; pipelines that pass one set of arguments to many models choose
+/// [`ArgsPolicy::Ignore`]. The names transformers gives every template (the special tokens,
+/// `tools`, `documents`) are always accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArgsPolicy {
+    /// Raise [`TemplateError`] naming the argument (the default).
+    #[default]
+    Error,
+    /// Leave it out, as transformers' template would ignore it.
+    Ignore,
+}
+
+impl std::str::FromStr for ArgsPolicy {
+    type Err = Error;
+
+    /// Parse `"error"` / `"ignore"`.
+    fn from_str(name: &str) -> Result<Self> {
+        match name {
+            "error" => Ok(ArgsPolicy::Error),
+            "ignore" => Ok(ArgsPolicy::Ignore),
+            other => Err(Error::Load(format!(
+                "unknown_template_args must be \"error\" or \"ignore\", not {other:?}"
+            ))),
+        }
+    }
+}
+
 /// How to load a checkpoint (see [`Encoder::load_with`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadOptions<'a> {
@@ -76,6 +124,8 @@ pub struct LoadOptions<'a> {
     /// Accept a template chatids' engine cannot compile (the caller renders it, see
     /// [`Encoder::encode_rendered`]) instead of failing.
     pub allow_external: bool,
+    /// What to do with template arguments the template does not read.
+    pub unknown_template_args: ArgsPolicy,
 }
 
 /// Which reference an [`Encoder`] reproduces.
@@ -107,11 +157,13 @@ pub enum FormatChoice {
     /// The native format renders every probe conversation exactly as the checkpoint's template
     /// does (see [`crate::probes`]).
     Probed {
-        /// The probe results (including inputs the native format refuses).
+        /// The probe results (including inputs the native format refuses or delegates).
         report: ProbeReport,
         /// Where the official template comes from, when the checkpoint's template is
         /// byte-for-byte that one.
         official: Option<&'static str>,
+        /// The other native formats probed, and why each was not chosen.
+        rejected: Vec<(&'static str, String)>,
     },
     /// No native format reproduces the template: the generic path renders it. For each native
     /// format whose tokens the vocabulary has, the first probe where it differs.
@@ -156,17 +208,83 @@ struct TemplateRoute {
     template_text: String,
     special_tokens_map: Vec<(String, String)>,
     format_choice: FormatChoice,
-    text: Selected,
+    /// The text encoders (shared by the encoders [`Encoder::with_chat_template`] makes).
+    text: std::sync::Arc<Selected>,
     control_tokens: ControlTokens,
     newline_ids: Vec<u32>,
     post_processor_bos: Option<u32>,
     checkpoint_note: Option<String>,
     template_fingerprint: String,
-    /// Tool conversations go to the checkpoint's template on the generic path (see
-    /// [`crate::tools`]): the native format was verified against that template, which compiles.
-    tools_via_template: bool,
+    /// The native format was verified against the checkpoint's template, which compiles: what
+    /// the format does not model (tool conversations, content parts, arguments...) and what it
+    /// refuses as the template's own error goes to that template on the generic path.
+    verified: bool,
+    /// The template arguments the checkpoint's template reads, plus the names transformers
+    /// gives every template (`None`: the template cannot be compiled).
+    template_args: Option<std::collections::BTreeSet<String>>,
     /// Where a session may resume encoding inside template text.
     token_splitter: TokenSplitter,
+}
+
+impl TemplateRoute {
+    /// The template-argument rule: an argument the template does not read raises, naming it
+    /// and the arguments the template reads, or with [`ArgsPolicy::Ignore`] is left out
+    /// (`Ok(Some(kwargs))`: the arguments that remain; `Ok(None)`: all of them).
+    fn check_args(
+        &self,
+        kwargs: &TemplateArgs,
+        policy: ArgsPolicy,
+    ) -> Result<Option<TemplateArgs>, TemplateError> {
+        let format_args;
+        let accepted: &std::collections::BTreeSet<String> = match (&self.template_args, &self.renderer) {
+            (Some(names), _) => names,
+            // Without a compiled template, a forced native format takes what it models.
+            (None, Renderer::Native(f)) => {
+                format_args = f
+                    .template_args()
+                    .iter()
+                    .map(|(n, _)| n.to_string())
+                    .chain(self.special_tokens_map.iter().map(|(k, _)| k.clone()))
+                    .chain(ALWAYS_ACCEPTED.iter().map(|n| n.to_string()))
+                    .collect();
+                &format_args
+            }
+            // The caller renders it (the jinja2 fallback checks its own arguments).
+            (None, _) => return Ok(None),
+        };
+        let unknown = |name: &String| !accepted.contains(name);
+        let Some(first) = kwargs.keys().find(|n| unknown(n)) else {
+            return Ok(None);
+        };
+        if policy == ArgsPolicy::Ignore {
+            return Ok(Some(
+                kwargs
+                    .iter()
+                    .filter(|(n, _)| !unknown(n))
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect(),
+            ));
+        }
+        let standard = |n: &str| {
+            matches!(n, "messages" | "add_generation_prompt")
+                || ALWAYS_ACCEPTED.contains(&n)
+                || self.special_tokens_map.iter().any(|(k, _)| k == n)
+        };
+        let reads: Vec<&str> = accepted
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !standard(n))
+            .collect();
+        let reads = if reads.is_empty() {
+            "none besides messages, tools, documents and the special tokens".to_string()
+        } else {
+            reads.join(", ")
+        };
+        Err(TemplateError::whole(format!(
+            "the chat template does not read the template argument {first:?} (it reads: {reads}); transformers would \
+             ignore it silently. Load with unknown_template_args=\"ignore\" to leave such arguments out"
+        )))
+    }
 }
 
 enum Backend {
@@ -177,6 +295,8 @@ enum Backend {
 /// Encodes conversations for one checkpoint.
 pub struct Encoder {
     backend: Backend,
+    /// What to do with template arguments the template does not read.
+    unknown_template_args: ArgsPolicy,
     stop_token_ids: Vec<u32>,
     stop_token_ids_for_tool_calls: Vec<u32>,
     /// What it was built from, for [`Encoder::to_bytes`] (see [`crate::persist`]).
@@ -211,8 +331,7 @@ impl Encoder {
             &LoadOptions {
                 format,
                 reference,
-                chat_template: None,
-                allow_external: false,
+                ..LoadOptions::default()
             },
         )
     }
@@ -225,6 +344,7 @@ impl Encoder {
             reference,
             chat_template,
             allow_external,
+            unknown_template_args,
         } = *options;
         let transformers_checkpoint = || -> Result<Checkpoint> {
             let mut checkpoint = if path.is_file()
@@ -248,7 +368,8 @@ impl Encoder {
                     path.display()
                 )));
             }
-            return Self::from_checkpoint_with(transformers_checkpoint()?, format, allow_external);
+            return Self::from_checkpoint_with(transformers_checkpoint()?, format, allow_external)
+                .map(|e| e.with_unknown_template_args(unknown_template_args));
         }
         let dir = path;
         let mistral_file = MistralCommon::find_in(dir)?;
@@ -257,7 +378,7 @@ impl Encoder {
             (None, Some(_), None, None) => Route::MistralCommon,
             _ => Route::Transformers,
         };
-        match route {
+        let encoder = match route {
             Route::Transformers => {
                 Self::from_checkpoint_with(transformers_checkpoint()?, format, allow_external)
             }
@@ -282,7 +403,19 @@ impl Encoder {
                     .map_err(|e| Error::Load(format!("cannot read {}: {e}", file.display())))?;
                 Self::from_mistral_common_bytes(&file, bytes)
             }
-        }
+        }?;
+        Ok(encoder.with_unknown_template_args(unknown_template_args))
+    }
+
+    /// The same encoder with `policy` for template arguments the template does not read.
+    pub fn with_unknown_template_args(mut self, policy: ArgsPolicy) -> Self {
+        self.unknown_template_args = policy;
+        self
+    }
+
+    /// What the encoder does with template arguments the template does not read.
+    pub fn unknown_template_args(&self) -> ArgsPolicy {
+        self.unknown_template_args
     }
 
     /// A mistral-common-route encoder from the content of its tokenizer file (`file` is only
@@ -293,6 +426,7 @@ impl Encoder {
         let origin = Origin::mistral_common(&mc, bytes);
         Ok(Encoder {
             backend: Backend::MistralCommon(Box::new(mc)),
+            unknown_template_args: ArgsPolicy::default(),
             stop_token_ids,
             stop_token_ids_for_tool_calls: Vec::new(),
             origin,
@@ -317,6 +451,30 @@ impl Encoder {
         checkpoint: Checkpoint,
         format: Option<&str>,
         allow_external: bool,
+    ) -> Result<Self> {
+        Self::build(checkpoint, format, allow_external, None)
+    }
+
+    /// The same tokenizer with another chat template (`template`'s text), the format chosen
+    /// for it again (or forced with `format`). The text encoders are shared, not rebuilt, so
+    /// this costs only the template's compilation and the probes. Transformers route only.
+    pub fn with_chat_template(&self, template: &str, format: Option<&str>) -> Result<Self> {
+        let (Some(t), crate::persist::Origin::Checkpoint(state)) = (self.template(), &self.origin) else {
+            return Err(Error::Load(
+                "with_chat_template applies to the transformers route (the mistral-common route has no template)".into(),
+            ));
+        };
+        let mut checkpoint = state.to_checkpoint(t.text.tokenizer().clone());
+        checkpoint.select_template(template)?;
+        Ok(Self::build(checkpoint, format, state.allow_external(), Some(t.text.clone()))?
+            .with_unknown_template_args(self.unknown_template_args))
+    }
+
+    fn build(
+        checkpoint: Checkpoint,
+        format: Option<&str>,
+        allow_external: bool,
+        text: Option<std::sync::Arc<Selected>>,
     ) -> Result<Self> {
         let compiled = ChatTemplate::compile(&checkpoint.chat_template)
             .map(|t| JinjaFormat::new(t, &checkpoint));
@@ -354,17 +512,22 @@ impl Encoder {
         };
         let template_source = checkpoint.chat_template_source.clone();
         let format_choice = match format_choice {
-            FormatChoice::Probed { report, .. } => FormatChoice::Probed {
+            FormatChoice::Probed {
+                report, rejected, ..
+            } => FormatChoice::Probed {
                 report,
                 official: official
                     .filter(|(n, _)| matches!(&renderer, Renderer::Native(f) if f.name() == *n))
                     .map(|(_, source)| source),
+                rejected,
             },
             other => other,
         };
         let control_tokens =
             ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
-        let text = Selected::new(checkpoint.tokenizer.clone(), EncoderChoice::from_env());
+        let text = text.unwrap_or_else(|| {
+            std::sync::Arc::new(Selected::new(checkpoint.tokenizer.clone(), EncoderChoice::from_env()))
+        });
         let mut newline_ids = Vec::new();
         text.encode(
             "\n",
@@ -412,11 +575,17 @@ impl Encoder {
             FormatChoice::Explicit { report: Some(r) } => r.matches(),
             _ => false,
         };
-        let tools_via_template =
-            verified && matches!(renderer, Renderer::Native(_)) && compiled.is_ok();
+        let verified = verified && matches!(renderer, Renderer::Native(_)) && compiled.is_ok();
+        let template_args = compiled.as_ref().ok().map(|j| {
+            let mut names = j.template().variables().clone();
+            names.extend(checkpoint.special_tokens_map.iter().map(|(k, _)| k.clone()));
+            names.extend(ALWAYS_ACCEPTED.iter().map(|n| n.to_string()));
+            names
+        });
         let route = TemplateRoute {
             token_splitter: TokenSplitter::new(&checkpoint.added_tokens),
-            tools_via_template,
+            verified,
+            template_args,
             renderer,
             jinja: compiled.ok(),
             template_source,
@@ -432,6 +601,7 @@ impl Encoder {
         };
         Ok(Encoder {
             backend: Backend::Template(Box::new(route)),
+            unknown_template_args: ArgsPolicy::default(),
             stop_token_ids,
             stop_token_ids_for_tool_calls,
             origin: Origin::checkpoint(checkpoint, format, allow_external),
@@ -512,7 +682,7 @@ impl Encoder {
         })?;
         let pieces = crate::generic::split_rendered(rendered, &[], marked)?;
         let encoder = PieceEncoder {
-            text: &t.text,
+            text: &*t.text,
             sanitizer: marked.then_some(&t.control_tokens),
             newline_ids: &t.newline_ids,
         };
@@ -527,13 +697,26 @@ impl Encoder {
             .is_some_and(|t| matches!(t.renderer, Renderer::Jinja))
     }
 
-    /// Whether rendering needs [`EncodeOptions::now`]: the generic path with a template that
-    /// calls `strftime_now()`.
+    /// Whether rendering needs [`EncodeOptions::now`]: the template calls `strftime_now()`
+    /// (on the generic path, or a native format that writes the template's date).
     pub fn reads_clock(&self) -> bool {
-        self.template().is_some_and(|t| {
-            matches!(t.renderer, Renderer::Jinja)
-                && t.jinja.as_ref().is_some_and(|j| j.template().reads_clock())
+        self.template().is_some_and(|t| match &t.renderer {
+            Renderer::Native(f) => {
+                !f.clock_defaults().is_empty()
+                    || (t.verified && t.jinja.as_ref().is_some_and(|j| j.template().reads_clock()))
+            }
+            Renderer::Jinja => t.jinja.as_ref().is_some_and(|j| j.template().reads_clock()),
+            Renderer::External { .. } => false,
         })
+    }
+
+    /// The template arguments the checkpoint's template reads (its undeclared variables, as
+    /// jinja2's `meta.find_undeclared_variables` gives them), plus the names transformers gives
+    /// every template (the special tokens, `tools`, `documents`). `None` where they are not
+    /// known (a template chatids' engine cannot compile; the mistral-common route, whose only
+    /// argument is `tools`).
+    pub fn template_args(&self) -> Option<&std::collections::BTreeSet<String>> {
+        self.template().and_then(|t| t.template_args.as_ref())
     }
 
     /// How the format was chosen (transformers route only).
@@ -563,12 +746,29 @@ impl Encoder {
         let refused = |report: &ProbeReport, lines: &mut Vec<String>| {
             for (probe, why) in &report.refused {
                 lines.push(format!(
-                    "  refuses probe \"{probe}\" that the template renders: {why}"
+                    "  refuses probe \"{probe}\" (the template drops a message silently): {why}"
+                ));
+            }
+            let mut kinds: Vec<&str> = Vec::new();
+            for (_, why) in &report.delegated {
+                if !kinds.contains(&why.as_str()) {
+                    kinds.push(why);
+                }
+            }
+            if !kinds.is_empty() {
+                lines.push(format!(
+                    "  hands {} probe conversations to the checkpoint's template (rendered on the jinja path): {}",
+                    report.delegated.len(),
+                    kinds.join("; ")
                 ));
             }
         };
         match &t.format_choice {
-            FormatChoice::Probed { report, official } => {
+            FormatChoice::Probed {
+                report,
+                official,
+                rejected,
+            } => {
                 lines.push(format!(
                     "format {name}: renders all {} probe conversations exactly as the checkpoint's template does{}",
                     report.compared,
@@ -577,6 +777,9 @@ impl Encoder {
                         .unwrap_or_default()
                 ));
                 refused(report, &mut lines);
+                for (format, why) in rejected {
+                    lines.push(format!("  not {format}: {why}"));
+                }
             }
             FormatChoice::Generic { rejected } => {
                 lines.push(format!(
@@ -654,15 +857,9 @@ impl Encoder {
         }
     }
 
-    /// Template arguments the template fills from the clock when absent, with their
-    /// `strftime` format. The caller must supply them; the core never reads the clock.
-    pub fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {
-        self.format().map_or(&[], |f| f.clock_defaults())
-    }
-
     /// The text encoders (the checkpoint's tokenizer.json), on the transformers route.
     pub fn text_encoder(&self) -> Option<&Selected> {
-        self.template().map(|t| &t.text)
+        self.template().map(|t| &*t.text)
     }
 
     /// Report the silent failures `messages` would meet (see [`crate::lint`]).
@@ -685,15 +882,8 @@ impl Encoder {
         provenance: bool,
     ) -> Result<Pieces<'a>, TemplateError> {
         match &t.renderer {
-            Renderer::Native(_) if t.tools_via_template && tools::uses_tools(messages, &options.kwargs) => {
-                let jinja = t.jinja.as_ref().expect("tools_via_template needs the compiled template");
-                if options.system != SystemPolicy::Template {
-                    return Err(TemplateError::whole(
-                        "system= applies to conversations a native format renders; this one uses tools, which the \
-                         checkpoint's template renders as it is",
-                    ));
-                }
-                Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
+            Renderer::Native(_) if t.verified && tools::uses_tools(messages, &options.kwargs) => {
+                Self::delegated_pieces(t, messages, options, sanitize, provenance, "uses tools")
             }
             Renderer::Native(format) => {
                 let request = RenderRequest {
@@ -701,10 +891,34 @@ impl Encoder {
                     add_generation_prompt: options.add_generation_prompt,
                     kwargs: &options.kwargs,
                     system: options.system,
+                    now: options.now,
                 };
                 let mut pieces = Pieces::new();
-                format.render(&request, &mut pieces)?;
-                Ok(pieces)
+                match format.render(&request, &mut pieces) {
+                    Ok(()) => Ok(pieces),
+                    // The checkpoint's template is the authority: what the format does not
+                    // model, or refuses as the template's own error, the template renders.
+                    Err(e) if t.verified && e.template_decides() => {
+                        let why = if e.refusal == Refusal::Unmodeled {
+                            "has input the native format does not model"
+                        } else {
+                            "breaks a rule of the template"
+                        };
+                        Self::delegated_pieces(t, messages, options, sanitize, provenance, why)
+                            .map_err(|mut template_error| match e.refusal {
+                                // The native copy of the template's rule names the message.
+                                Refusal::TemplateRaises => e,
+                                // The template failed on the input the format flagged: name it.
+                                _ => {
+                                    if template_error.message.is_none() {
+                                        template_error.message = e.message;
+                                    }
+                                    template_error
+                                }
+                            })
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Renderer::Jinja => {
                 let jinja = t
@@ -723,6 +937,29 @@ impl Encoder {
                  (chatids.Encoder does so with jinja2) and use encode_rendered"
             ))),
         }
+    }
+
+    /// Render a conversation the native format hands over with the checkpoint's template on
+    /// the generic path (`why`: what makes it the template's).
+    fn delegated_pieces<'a>(
+        t: &'a TemplateRoute,
+        messages: &'a [Message],
+        options: &'a EncodeOptions,
+        sanitize: bool,
+        provenance: bool,
+        why: &str,
+    ) -> Result<Pieces<'a>, TemplateError> {
+        let jinja = t
+            .jinja
+            .as_ref()
+            .expect("a verified native format has the compiled template");
+        if options.system != SystemPolicy::Template {
+            return Err(TemplateError::whole(format!(
+                "system= applies to conversations a native format renders; this one {why}, so the checkpoint's \
+                 template renders it as it is"
+            )));
+        }
+        Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
     }
 
     /// Render `messages` with the checkpoint's template on the generic path.
@@ -761,14 +998,27 @@ impl Encoder {
 
     /// Apply the input policies of `options`, render with the native format, and hand the
     /// pieces to `f`.
+    #[allow(clippy::too_many_arguments)]
     fn with_pieces<R>(
         t: &TemplateRoute,
+        policy: ArgsPolicy,
         messages: &[Message],
         options: &EncodeOptions,
         sanitize: bool,
         provenance: bool,
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
+        let filtered;
+        let options = match t.check_args(&options.kwargs, policy)? {
+            Some(kwargs) => {
+                filtered = EncodeOptions {
+                    kwargs,
+                    ..options.clone()
+                };
+                &filtered
+            }
+            None => options,
+        };
         tools::check_tool_calls(messages, tools::ArgumentsCheck::DictOrJson)?;
         if options.continue_final_message {
             if options.add_generation_prompt {
@@ -829,10 +1079,14 @@ impl Encoder {
     fn mistral_common_options<'o>(
         messages: &[Message],
         options: &'o EncodeOptions,
+        policy: ArgsPolicy,
     ) -> Result<crate::mistral_common::Options<'o>> {
         tools::check_tool_calls(messages, tools::ArgumentsCheck::LeftToRoute)?;
         let mut tools = None;
         for (name, value) in &options.kwargs {
+            if name != "tools" && policy == ArgsPolicy::Ignore {
+                continue;
+            }
             match (name.as_str(), value) {
                 ("tools", crate::message::TemplateValue::None) => {}
                 ("tools", crate::message::TemplateValue::Json(v @ serde_json::Value::Array(_))) => {
@@ -847,7 +1101,8 @@ impl Encoder {
                 }
                 _ => {
                     return Err(TemplateError::whole(format!(
-                        "the mistral-common route has no template argument {name:?}; an unknown argument would be ignored silently"
+                        "the mistral-common route has no template argument {name:?} (it takes: tools); an unknown argument \
+                         would be ignored silently (load with unknown_template_args=\"ignore\" to leave such arguments out)"
                     ))
                     .into())
                 }
@@ -877,12 +1132,12 @@ impl Encoder {
     pub fn render(&self, messages: &[Message], options: &EncodeOptions) -> Result<String> {
         match &self.backend {
             Backend::Template(t) => {
-                Self::with_pieces(t, messages, options, false, false, |pieces| {
+                Self::with_pieces(t, self.unknown_template_args, messages, options, false, false, |pieces| {
                     Ok(pieces.render())
                 })
             }
             Backend::MistralCommon(mc) => {
-                let mc_options = Self::mistral_common_options(messages, options)?;
+                let mc_options = Self::mistral_common_options(messages, options, self.unknown_template_args)?;
                 mc.render(messages, mc_options)
             }
         }
@@ -918,13 +1173,14 @@ impl Encoder {
         match &self.backend {
             Backend::Template(t) => {
                 let encoder = PieceEncoder {
-                    text: &t.text,
+                    text: &*t.text,
                     sanitizer: options.sanitize_control_tokens.then_some(&t.control_tokens),
                     newline_ids: &t.newline_ids,
                 };
                 let provenance = tracking.message_indices || tracking.from_content || tracking.body;
                 Self::with_pieces(
                     t,
+                    self.unknown_template_args,
                     messages,
                     options,
                     options.sanitize_control_tokens,
@@ -933,7 +1189,7 @@ impl Encoder {
                 )
             }
             Backend::MistralCommon(mc) => {
-                let mc_options = Self::mistral_common_options(messages, options)?;
+                let mc_options = Self::mistral_common_options(messages, options, self.unknown_template_args)?;
                 mc.encode_into(messages, mc_options, tracking, out)
             }
         }
@@ -953,12 +1209,13 @@ impl Encoder {
             return Ok(None);
         };
         let encoder = PieceEncoder {
-            text: &t.text,
+            text: &*t.text,
             sanitizer: options.sanitize_control_tokens.then_some(&t.control_tokens),
             newline_ids: &t.newline_ids,
         };
         Self::with_pieces(
             t,
+            self.unknown_template_args,
             messages,
             options,
             options.sanitize_control_tokens,
@@ -996,39 +1253,81 @@ impl Encoder {
     }
 }
 
-/// Probe the native formats against the checkpoint's template (the officially matching one
-/// first) and take the first that reproduces it; otherwise the generic path.
+/// Why a probed native format was not chosen, in one line.
+fn rejection(report: &ProbeReport) -> String {
+    match &report.difference {
+        Some(d) => match d.kind {
+            DifferenceKind::Refuses => format!(
+                "it refuses probe \"{}\" that the template renders: {}",
+                d.probe, d.detail
+            ),
+            DifferenceKind::TemplateRaises => format!("probe \"{}\": {}", d.probe, d.detail),
+            DifferenceKind::Text => format!("probe \"{}\" differs {}", d.probe, d.detail),
+        },
+        None => format!(
+            "it reproduces the template too, but refuses {} and hands {} probes to the template",
+            report.refused.len(),
+            report.delegated.len()
+        ),
+    }
+}
+
+/// Probe the native formats against the checkpoint's template. The format whose official
+/// template it is byte for byte serves if it reproduces it; otherwise every native format
+/// whose tokens the vocabulary has is probed, and of those that reproduce the template the
+/// one with the fewest refusals wins, then the one that hands the fewest probes to the
+/// template, then the first in [`formats::FORMAT_NAMES`]. If none does, the generic path.
 fn choose_format(
     checkpoint: &Checkpoint,
     jinja: &JinjaFormat,
     official: Option<&'static str>,
 ) -> (Renderer, FormatChoice) {
     let mut rejected = Vec::new();
-    let candidates = official.into_iter().chain(
-        formats::FORMAT_NAMES
-            .iter()
-            .copied()
-            .filter(|n| Some(*n) != official),
-    );
-    for name in candidates {
+    if let Some(name) = official {
+        if let Ok(native) = formats::build(name, checkpoint) {
+            let report = probes::check(native.as_ref(), jinja);
+            if report.matches() {
+                let choice = FormatChoice::Probed {
+                    report,
+                    official: None,
+                    rejected,
+                };
+                return (Renderer::Native(native), choice);
+            }
+            rejected.push((name, rejection(&report)));
+        }
+    }
+    let mut best: Option<(Box<dyn ChatFormat>, ProbeReport)> = None;
+    let rank = |r: &ProbeReport| (r.refused.len(), r.delegated.len());
+    for name in formats::FORMAT_NAMES.iter().copied().filter(|n| Some(*n) != official) {
         let Ok(native) = formats::build(name, checkpoint) else {
             continue; // the vocabulary lacks the format's tokens
         };
         let report = probes::check(native.as_ref(), jinja);
-        match &report.difference {
-            None => {
-                return (
-                    Renderer::Native(native),
-                    FormatChoice::Probed {
-                        report,
-                        official: None,
-                    },
-                )
+        if !report.matches() {
+            rejected.push((name, rejection(&report)));
+            continue;
+        }
+        match &best {
+            Some((_, b)) if rank(b) <= rank(&report) => rejected.push((name, rejection(&report))),
+            _ => {
+                if let Some((f, r)) = best.replace((native, report)) {
+                    rejected.push((f.name(), rejection(&r)));
+                }
             }
-            Some(d) => rejected.push((name, format!("probe \"{}\" differs {}", d.probe, d.detail))),
         }
     }
-    (Renderer::Jinja, FormatChoice::Generic { rejected })
+    match best {
+        Some((native, report)) => (
+            Renderer::Native(native),
+            FormatChoice::Probed {
+                report,
+                official: None,
+                rejected,
+            },
+        ),
+        None => (Renderer::Jinja, FormatChoice::Generic { rejected }),
+    }
 }
 
 #[cfg(test)]

@@ -6,11 +6,34 @@
 
 use std::fmt;
 
+/// Why a conversation was refused: what decides whether the refusal is final.
+///
+/// A native format is a fast copy of the checkpoint's template, so only two of its refusals
+/// are final: malformed input or an explicit policy ([`Refusal::Input`]), and a message the
+/// template would leave out of the prompt without a word ([`Refusal::Dropped`]). For the
+/// other two the checkpoint's template is asked: if it renders the conversation, its
+/// rendering is used (see [`crate::Encoder`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Refusal {
+    /// Malformed input, or a policy the caller chose (`system="error"`, ...): final.
+    #[default]
+    Input,
+    /// The checkpoint's template raises for this input too (a native format's copy of one of
+    /// its rules, e.g. role alternation).
+    TemplateRaises,
+    /// The template would silently leave (part of) this message out of the prompt: the one
+    /// refusal chatids adds to what the template does.
+    Dropped,
+    /// The native format does not model this input (content parts, tool calls, a template
+    /// argument...): the checkpoint's template renders it.
+    Unmodeled,
+}
+
 /// A conversation broke a rule of its chat format.
 ///
 /// Either the checkpoint's own template would raise for it, or chatids refuses it because
-/// the template would silently drop or mangle part of it (each such rule is documented on
-/// the format). The message always says which message and which rule.
+/// the template would silently drop part of it (each such rule is documented on the format).
+/// The message always says which message and which rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateError {
     /// Index of the conversation in a batch, when the error comes from `encode_batch`.
@@ -19,6 +42,8 @@ pub struct TemplateError {
     pub message: Option<usize>,
     /// What is wrong, in one sentence.
     pub rule: String,
+    /// What kind of refusal this is.
+    pub refusal: Refusal,
 }
 
 impl TemplateError {
@@ -28,6 +53,7 @@ impl TemplateError {
             conversation: None,
             message: Some(index),
             rule: rule.into(),
+            refusal: Refusal::Input,
         }
     }
 
@@ -37,7 +63,20 @@ impl TemplateError {
             conversation: None,
             message: None,
             rule: rule.into(),
+            refusal: Refusal::Input,
         }
+    }
+
+    /// The same error, of kind `refusal`.
+    pub fn with(mut self, refusal: Refusal) -> Self {
+        self.refusal = refusal;
+        self
+    }
+
+    /// Whether the checkpoint's template should be asked before the refusal stands (see
+    /// [`Refusal`]).
+    pub fn template_decides(&self) -> bool {
+        matches!(self.refusal, Refusal::TemplateRaises | Refusal::Unmodeled)
     }
 
     /// The same error, located in conversation `index` of a batch.

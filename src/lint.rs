@@ -14,12 +14,14 @@
 //! | `generation-prompt-ignored` | `add_generation_prompt=True`, but this template never writes one |
 //! | `double-bos` | the prompt starts with BOS and tokenizing the rendered text with `add_special_tokens=True` adds another |
 //! | `control-token-in-content` | content holds a control token: sanitized by default, a forged turn with `sanitize_control_tokens=False` |
+//! | `content-missing` | a message without content (and without tool calls): the template renders it as it renders a missing value, usually an empty turn |
+//! | `content-repr` | the template writes a list of content parts as its Python repr (`[{'type': 'text', ...}]`), not as text |
 //! | `refused` | chatids would raise `ChatTemplateError` for this conversation (the explanation says why) |
 
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::error::Error;
 use crate::formats::{SystemPolicy, SystemSlot};
-use crate::message::Message;
+use crate::message::{Content, Message};
 
 /// One problem `lint` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,8 +60,9 @@ pub fn lint(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let Some(format) = encoder.format() else {
-        // The mistral-common route: only what applies to any route.
+        // The Jinja path and the mistral-common route: only what applies to any route.
         content_findings(encoder, messages, &mut out);
+        rendering_findings(encoder, messages, options, &mut out);
         refusal(encoder, messages, options, &mut out);
         return out;
     };
@@ -153,8 +156,51 @@ pub fn lint(
         }
     }
     content_findings(encoder, messages, &mut out);
+    rendering_findings(encoder, messages, options, &mut out);
     refusal(encoder, messages, options, &mut out);
     out
+}
+
+/// What the rendered prompt shows about messages the template renders oddly.
+fn rendering_findings(
+    encoder: &Encoder,
+    messages: &[Message],
+    options: &EncodeOptions,
+    out: &mut Vec<Finding>,
+) {
+    for (i, m) in messages.iter().enumerate() {
+        if m.content.is_none() && m.tool_calls.is_none() {
+            out.push(finding(
+                "content-missing",
+                Some(i),
+                "the message has no content; the template renders it as it renders a missing value (usually an empty turn)",
+            ));
+        }
+    }
+    if !messages.iter().any(|m| matches!(m.content, Some(Content::Parts(_)))) {
+        return;
+    }
+    let Ok(rendered) = encoder.render(messages, options) else {
+        return;
+    };
+    for (i, m) in messages.iter().enumerate() {
+        let Some(Content::Parts(parts)) = &m.content else {
+            continue;
+        };
+        let kind = parts.first().map(|p| match p {
+            crate::message::ContentPart::Text(_) => "text",
+            crate::message::ContentPart::Other { kind } => kind.as_str(),
+        });
+        if let Some(kind) = kind {
+            if rendered.contains(&format!("[{{'type': '{kind}'")) {
+                out.push(finding(
+                    "content-repr",
+                    Some(i),
+                    "the template writes this message's list of content parts as its Python repr, not as text; pass the content as a string",
+                ));
+            }
+        }
+    }
 }
 
 fn content_findings(encoder: &Encoder, messages: &[Message], out: &mut Vec<Finding>) {

@@ -24,7 +24,7 @@ use tokenizers::Tokenizer;
 
 use crate::checkpoint::{Checkpoint, SpecialTokens};
 use crate::control_tokens::AddedTokenInfo;
-use crate::encoder::Encoder;
+use crate::encoder::{ArgsPolicy, Encoder};
 use crate::error::{Error, Result};
 use crate::mistral_common::MistralCommon;
 
@@ -120,34 +120,45 @@ pub(crate) struct CheckpointState {
 
 impl CheckpointState {
     fn into_encoder(self, tokenizer: Tokenizer) -> Result<Encoder> {
-        let checkpoint = Checkpoint {
-            dir: PathBuf::from(self.dir),
+        let (format, allow_external) = (self.format.clone(), self.allow_external);
+        Encoder::from_checkpoint_with(self.to_checkpoint(tokenizer), format.as_deref(), allow_external)
+    }
+
+    /// The checkpoint again, with `tokenizer`.
+    pub(crate) fn to_checkpoint(&self, tokenizer: Tokenizer) -> Checkpoint {
+        Checkpoint {
+            dir: PathBuf::from(&self.dir),
             tokenizer,
             added_tokens: self
                 .added_tokens
-                .into_iter()
+                .iter()
+                .cloned()
                 .map(AddedTokenInfo::from)
                 .collect(),
-            chat_template: self.chat_template,
-            chat_templates: self.chat_templates,
-            chat_template_source: self.chat_template_source,
-            special_tokens_map: self.special_tokens_map,
+            chat_template: self.chat_template.clone(),
+            chat_templates: self.chat_templates.clone(),
+            chat_template_source: self.chat_template_source.clone(),
+            special_tokens_map: self.special_tokens_map.clone(),
             special_tokens: SpecialTokens {
-                bos: self.bos_token,
-                eos: self.eos_token,
-                unk: self.unk_token,
-                pad: self.pad_token,
+                bos: self.bos_token.clone(),
+                eos: self.eos_token.clone(),
+                unk: self.unk_token.clone(),
+                pad: self.pad_token.clone(),
             },
-            tokenizer_class: self.tokenizer_class,
-            compat_note: self.compat_note,
-            generation_eos_ids: self.generation_eos_ids,
-        };
-        Encoder::from_checkpoint_with(checkpoint, self.format.as_deref(), self.allow_external)
+            tokenizer_class: self.tokenizer_class.clone(),
+            compat_note: self.compat_note.clone(),
+            generation_eos_ids: self.generation_eos_ids.clone(),
+        }
+    }
+
+    /// Whether the encoder may leave rendering to the caller (`allow_external`).
+    pub(crate) fn allow_external(&self) -> bool {
+        self.allow_external
     }
 }
 
 /// [`AddedTokenInfo`] in the state.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct AddedToken {
     id: u32,
     content: String,
@@ -195,9 +206,17 @@ enum Header<C> {
         /// The chatids version that wrote the state (informative).
         chatids: String,
         checkpoint: C,
+        /// The encoder's policy for template arguments the template does not read.
+        #[serde(default)]
+        unknown_template_args: ArgsPolicy,
     },
     /// The payload is the mistral-common tokenizer file.
-    MistralCommon { chatids: String, file: String },
+    MistralCommon {
+        chatids: String,
+        file: String,
+        #[serde(default)]
+        unknown_template_args: ArgsPolicy,
+    },
 }
 
 fn invalid(what: impl std::fmt::Display) -> Error {
@@ -225,6 +244,7 @@ impl Encoder {
                     Header::Transformers {
                         chatids,
                         checkpoint,
+                        unknown_template_args: self.unknown_template_args(),
                     },
                     tokenizer.into_bytes(),
                 )
@@ -245,6 +265,7 @@ impl Encoder {
                     Header::MistralCommon {
                         chatids,
                         file: file.to_string_lossy().into_owned(),
+                        unknown_template_args: self.unknown_template_args(),
                     },
                     content.to_vec(),
                 )
@@ -289,14 +310,23 @@ impl Encoder {
         let (header, payload) = rest.split_at(len);
         let header: Header<CheckpointState> = serde_json::from_slice(header).map_err(invalid)?;
         match header {
-            Header::Transformers { checkpoint, .. } => {
+            Header::Transformers {
+                checkpoint,
+                unknown_template_args,
+                ..
+            } => {
                 let tokenizer = Tokenizer::from_bytes(payload)
                     .map_err(|e| invalid(format!("the tokenizer: {e}")))?;
-                checkpoint.into_encoder(tokenizer)
+                checkpoint
+                    .into_encoder(tokenizer)
+                    .map(|e| e.with_unknown_template_args(unknown_template_args))
             }
-            Header::MistralCommon { file, .. } => {
-                Encoder::from_mistral_common_bytes(Path::new(&file), payload.to_vec())
-            }
+            Header::MistralCommon {
+                file,
+                unknown_template_args,
+                ..
+            } => Encoder::from_mistral_common_bytes(Path::new(&file), payload.to_vec())
+                .map(|e| e.with_unknown_template_args(unknown_template_args)),
         }
     }
 }

@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use crate::error::TemplateError;
+use crate::error::{Refusal, TemplateError};
 use crate::formats::TemplateArgs;
 use crate::message::{Message, TemplateValue};
 
@@ -60,7 +60,8 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
                 return Err(TemplateError::at(
                     i,
                     "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
-                ));
+                )
+                .with(Refusal::Dropped));
             }
         }
         if let Some(name) = call_names(message).find(|n| !contains_word(rendered, n)) {
@@ -70,7 +71,8 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
                     "the checkpoint's template drops this message's tool call {name:?} here (chatids refuses to drop \
                      it silently)"
                 ),
-            ));
+            )
+            .with(Refusal::Dropped));
         }
     }
     Ok(())

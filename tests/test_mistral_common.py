@@ -284,6 +284,9 @@ def test_options_that_do_not_apply_are_refused(route):
         route.enc.encode(msgs, date_string="x")
     with pytest.raises(chatids.ChatTemplateError, match="system= applies to template formats"):
         route.enc.encode(msgs, system="fold")
+    # The template-argument rule's switch applies on this route too: only `tools` is kept.
+    lenient = chatids.Encoder.from_pretrained(route.dir, unknown_template_args="ignore")
+    assert lenient.encode(msgs, date_string="x").tolist() == route.enc.encode(msgs).tolist()
 
 
 # ---- tool calls ---------------------------------------------------------------------------

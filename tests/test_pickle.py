@@ -80,7 +80,7 @@ def assert_same(enc: chatids.Encoder, back: chatids.Encoder, kwargs: dict[str, A
     assert back.control_tokens == enc.control_tokens
     assert back.reads_clock == enc.reads_clock
     assert back.explain() == enc.explain()
-    for attr in ("chat_template", "special_tokens_map", "clock_defaults", "needs_external_renderer"):
+    for attr in ("chat_template", "special_tokens_map", "template_args", "unknown_template_args", "needs_external_renderer"):
         assert getattr(back._core, attr) == getattr(enc._core, attr), attr
     if enc.reference == "transformers":
         assert back._core.tokenizer_json() == enc._core.tokenizer_json()

@@ -126,8 +126,8 @@ def test_tasks_with_the_encoder_by_value_and_numpy_batches(cluster, enc: chatids
     # float next to a float one), which changes the JSON a template prints: store tool-call
     # arguments as JSON text with numpy batches. Here: the conversations without tool calls.
     data = [r for r in items() if not any(m.get("tool_calls") for m in r["messages"])]
-    # Two conversations the format refuses (a message without content), to check collected errors.
-    data += [{"id": len(items()) + k, "messages": [{"role": "user", "content": None}], "tools": None} for k in range(2)]
+    # Two conversations chatids refuses (a message without a role), to check collected errors.
+    data += [{"id": len(items()) + k, "messages": [{"role": None, "content": "x"}], "tools": None} for k in range(2)]
     fn = chatids.RayEncode(enc, tools_column="tools", return_assistant_mask=False, num_threads=1, date_string="26 Jul 2024")
     ds = ray.data.from_items(data).map_batches(fn, batch_size=10, batch_format="numpy")
     got = collect(ds)

@@ -347,7 +347,7 @@ def test_compare_reference_longer(llama: chatids.Encoder, llama_tok: Any) -> Non
 @pytest.fixture()
 def jsonl(tmp_path: Path) -> str:
     path = tmp_path / "chats.jsonl"
-    rows = [{"messages": MESSAGES}, {"messages": HOSTILE}, {"messages": [{"role": "user"}]}, {"messages": MESSAGES[:2]}]
+    rows = [{"messages": MESSAGES}, {"messages": HOSTILE}, {"messages": [{"role": None, "content": "x"}]}, {"messages": MESSAGES[:2]}]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     return str(path)
 
@@ -364,7 +364,7 @@ def test_cli_html_every_conversation(jsonl: str, tmp_path: Path, llama: chatids.
     for i in range(4):
         assert f'<section class="conversation" id="conv-{i}"' in page
         assert f"<h2>Conversation {i} " in page
-    assert "chatids refuses this conversation" in page  # the message without content
+    assert "chatids refuses this conversation" in page  # the message without a role
     sections = re.split(r'<section class="conversation"', page)[1:]
     for i, rows in ((0, MESSAGES), (1, HOSTILE), (3, MESSAGES[:2])):
         tokens = _parse(sections[i]).tokens

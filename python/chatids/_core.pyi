@@ -28,6 +28,14 @@ MISTRAL_COMMON_FORMATS: list[str]
 class ChatTemplateError(ValueError):
     """A conversation breaks a rule of the chat format; names the message index and rule."""
 
+    refusal: str
+    """``"input"`` (malformed input or a chosen policy), ``"template"`` (the template raises),
+    ``"dropped"`` (the template would drop the message silently), ``"unmodeled"``."""
+    message_index: Optional[int]
+    """The message it is about, if one."""
+    conversation_index: Optional[int]
+    """The conversation of a batch it is about, if any."""
+
 class CheckpointError(ValueError):
     """A checkpoint or its chat format cannot be loaded."""
 
@@ -85,7 +93,9 @@ class Encoder:
         reference: Optional[str] = None,
         chat_template: Optional[str] = None,
         allow_external: bool = False,
+        unknown_template_args: str = "error",
     ) -> Encoder: ...
+    def with_chat_template(self, template: str, format: Optional[str] = None) -> Encoder: ...
     def to_bytes(self) -> bytes:
         """The encoder's state (tokenizer and template included), for pickling."""
         ...
@@ -122,7 +132,9 @@ class Encoder:
         on_rewrite: str = "error",
     ) -> Session: ...
     @property
-    def clock_defaults(self) -> list[tuple[str, str]]: ...
+    def template_args(self) -> Optional[list[str]]: ...
+    @property
+    def unknown_template_args(self) -> str: ...
     @property
     def control_tokens(self) -> list[tuple[str, int]]: ...
     @property

@@ -190,10 +190,15 @@ class Encoder:
 
             try:
                 self._fallback = Jinja2Renderer(
-                    core.chat_template or "", core.special_tokens_map, [text for text, _ in core.control_tokens]
+                    core.chat_template or "",
+                    core.special_tokens_map,
+                    [text for text, _ in core.control_tokens],
+                    core.unknown_template_args,
                 )
-            except jinja2.TemplateError as e:
-                line = getattr(e, "lineno", None)  # TemplateSyntaxError has it
+            except (jinja2.TemplateError, SyntaxError) as e:
+                # jinja2 compiles templates to Python: `{% break %}` outside a loop is Python's
+                # SyntaxError, which transformers raises too.
+                line = getattr(e, "lineno", None)
                 where = f" (line {line})" if line else ""
                 raise _core.CheckpointError(
                     f"the chat template compiles neither in chatids' Jinja engine nor in jinja2{where}: {e}; "
@@ -217,6 +222,7 @@ class Encoder:
         chat_template: Optional[str] = None,
         revision: Optional[str] = None,
         allow_download: bool = False,
+        unknown_template_args: str = "error",
     ) -> "Encoder":
         """Load a checkpoint: a local directory, a GGUF file, or a Hugging Face repo id.
 
@@ -240,9 +246,28 @@ class Encoder:
         The default is the mistral-common route when the directory holds such a file (as
         Mistral's repositories do) and no ``format``/``chat_template`` is given, the
         transformers route otherwise.
+
+        Template arguments (the extra keyword arguments of :meth:`encode` and the other
+        methods) follow one rule on every route and path: an argument the checkpoint's template
+        does not read raises :class:`ChatTemplateError` naming it and listing the ones it reads
+        (:attr:`template_args`), where transformers would ignore it silently.
+        ``unknown_template_args="ignore"`` leaves such arguments out instead, for pipelines
+        that pass one set of arguments to many models. The special tokens (``bos_token``, ...),
+        ``tools`` and ``documents`` are always accepted; passed, they override the defaults as
+        in transformers.
         """
         path = _resolve_checkpoint(path_or_repo_id, revision=revision, allow_download=allow_download)
-        return cls(_core.Encoder.from_pretrained(path, format, reference, chat_template, True))
+        return cls(
+            _core.Encoder.from_pretrained(path, format, reference, chat_template, True, unknown_template_args)
+        )
+
+    def with_chat_template(self, chat_template: str, *, format: Optional[str] = None) -> "Encoder":
+        """The same tokenizer with another chat template: a fine-tune's edited template, or one
+        of the checkpoint's named templates. The format is chosen for that template as
+        :meth:`from_pretrained` chooses it (``format=`` forces one). The tokenizer and its
+        encoders are shared, so this costs only the template's compilation and probes, not a
+        load. Transformers route only."""
+        return type(self)(self._core.with_chat_template(chat_template, format))
 
     @property
     def reference(self) -> str:
@@ -288,20 +313,35 @@ class Encoder:
 
     @property
     def reads_clock(self) -> bool:
-        """Whether the template calls ``strftime_now()`` (generic path); ``now=`` fixes it."""
+        """Whether the template calls ``strftime_now()``; ``now=`` fixes what it returns
+        (the current time otherwise)."""
         return self._core.reads_clock
+
+    @property
+    def template_args(self) -> Optional[frozenset[str]]:
+        """The template arguments the checkpoint's template reads (its undeclared variables,
+        as ``jinja2.meta.find_undeclared_variables`` gives them), plus the names every template
+        is given (the special tokens, ``tools``, ``documents``); ``None`` on the mistral-common
+        route, whose only argument is ``tools``."""
+        if self._fallback is not None:
+            return self._fallback.template_args
+        names = self._core.template_args
+        return None if names is None else frozenset(names)
+
+    @property
+    def unknown_template_args(self) -> str:
+        """``"error"`` or ``"ignore"``: what happens to an argument the template does not read
+        (see :meth:`from_pretrained`)."""
+        return self._core.unknown_template_args
 
     def _template_kwargs(
         self, template_kwargs: dict[str, Any]
     ) -> tuple[dict[str, Any], Optional[tuple[int, int, int, int, int, int]]]:
-        # Templates that read the clock (Llama 3.2's date, strftime_now() on the generic path)
+        # Templates that read the clock (strftime_now(): Llama 3.2's date, Mistral Small's)
         # get it here, never in the core. `now=` fixes it.
         now = template_kwargs.pop("now", None)
         if now is not None and not isinstance(now, datetime):
             raise TypeError(f"now must be a datetime.datetime, not {type(now).__name__}")
-        for name, fmt in self._core.clock_defaults:
-            if name not in template_kwargs:
-                template_kwargs[name] = (now or datetime.now()).strftime(fmt)
         if now is None and self._core.reads_clock:
             now = datetime.now()
         clock = None if now is None else (now.year, now.month, now.day, now.hour, now.minute, now.second)

@@ -86,10 +86,24 @@ def _environment(now: list[datetime]) -> Any:
 class Jinja2Renderer:
     """One checkpoint's template on jinja2."""
 
-    def __init__(self, template: str, special_tokens: Sequence[tuple[str, str]], control_tokens: Sequence[str]) -> None:
+    def __init__(
+        self,
+        template: str,
+        special_tokens: Sequence[tuple[str, str]],
+        control_tokens: Sequence[str],
+        unknown_template_args: str = "error",
+    ) -> None:
+        import jinja2.meta
+
         self._now = [datetime.now()]
-        self._template = _environment(self._now).from_string(template)
+        env = _environment(self._now)
+        self._template = env.from_string(template)
         self._special = dict(special_tokens)
+        # The template-argument rule of the Rust core, from jinja2's own analysis.
+        reads = jinja2.meta.find_undeclared_variables(env.parse(template)) - set(env.globals)
+        always = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "tools", "documents"}
+        self.template_args = frozenset(reads | set(self._special) | always)
+        self._ignore_unknown = unknown_template_args == "ignore"
         longest_first = sorted(control_tokens, key=len, reverse=True)
         self._control = re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
@@ -137,6 +151,17 @@ class Jinja2Renderer:
                 message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
             chat.append(message)
         kwargs = dict(template_kwargs)
+        unknown = [name for name in kwargs if name not in self.template_args]
+        if unknown and self._ignore_unknown:
+            kwargs = {k: v for k, v in kwargs.items() if k in self.template_args}
+        elif unknown:
+            standard = {"messages", "add_generation_prompt", "tools", "documents", *self._special}
+            reads = ", ".join(sorted(self.template_args - standard)) or "none besides messages, tools, documents and the special tokens"
+            raise ChatTemplateError(
+                f"the chat template does not read the template argument {unknown[0]!r} (it reads: {reads}); "
+                'transformers would ignore it silently. Load with unknown_template_args="ignore" to leave such '
+                "arguments out"
+            )
         tools = kwargs.pop("tools", None)
         documents = kwargs.pop("documents", None)
         mark = self._mark if marked else (lambda x: x)

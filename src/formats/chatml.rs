@@ -16,8 +16,8 @@
 //! qwen3 any role other than `user`, `assistant`, `system` (their templates drop such
 //! messages without a word).
 
-use super::{rules, ChatFormat, RenderRequest, TokenResolver};
-use crate::error::{Result, TemplateError};
+use super::{rules, ArgKind, ChatFormat, RenderRequest, TokenResolver};
+use crate::error::{Refusal, Result, TemplateError};
 use crate::message::Message;
 use crate::pieces::{Pieces, TemplateToken};
 use crate::pystr;
@@ -129,12 +129,16 @@ impl Chatml {
             rules::no_tool_calls(messages, i, name)?;
             match messages[i].role.as_str() {
                 "user" | "assistant" | "system" => {}
-                "tool" => return Err(TemplateError::at(i, format!("'tool' messages are not rendered by format {name} yet"))),
+                "tool" => {
+                    return Err(TemplateError::at(i, format!("format {name} does not model 'tool' messages"))
+                        .with(Refusal::Unmodeled))
+                }
                 other => {
                     return Err(TemplateError::at(
                         i,
                         format!("role {other:?} is not rendered by the {name} template (it would drop the message silently)"),
-                    ))
+                    )
+                    .with(Refusal::Dropped))
                 }
             }
             rules::text(messages, i, name)?;
@@ -273,12 +277,7 @@ impl ChatFormat for Chatml {
     ) -> Result<(), TemplateError> {
         rules::not_empty(request.messages)?;
         rules::system_policy(request, super::SystemSlot::Native, self.name())?;
-        let allowed: &[&str] = if self.variant == ChatmlVariant::Qwen3 {
-            &["enable_thinking"]
-        } else {
-            &[]
-        };
-        rules::known_kwargs(request.kwargs, allowed, self.name())?;
+        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
         match self.variant {
             ChatmlVariant::Plain | ChatmlVariant::Qwen2 => self.render_plain(request, out)?,
             ChatmlVariant::Qwen25 | ChatmlVariant::Qwen3 => self.render_qwen(request, out)?,
@@ -287,6 +286,13 @@ impl ChatFormat for Chatml {
             self.generation_prompt(request, out)?;
         }
         Ok(())
+    }
+
+    fn template_args(&self) -> &'static [(&'static str, ArgKind)] {
+        match self.variant {
+            ChatmlVariant::Qwen3 => &[("enable_thinking", ArgKind::Bool)],
+            _ => &[],
+        }
     }
 
     fn stop_tokens(&self) -> &'static [&'static str] {

@@ -13,7 +13,7 @@
 //! other than text and image.
 
 use super::{rules, ChatFormat, RenderRequest, SystemPolicy, SystemSlot, TokenResolver};
-use crate::error::{Result, TemplateError};
+use crate::error::{Refusal, Result, TemplateError};
 use crate::message::{Content, ContentPart, Message};
 use crate::pieces::{PieceKind, Pieces, TemplateToken};
 use crate::pystr;
@@ -92,16 +92,15 @@ impl Gemma {
                             return Err(TemplateError::at(
                                 i,
                                 format!("content part {j} has type {kind:?}, which the gemma-3 template drops silently"),
-                            ))
+                            )
+                            .with(Refusal::Dropped))
                         }
                     }
                 }
             }
             None => {
-                return Err(TemplateError::at(
-                    i,
-                    "the message has no 'content' (or it is None)",
-                ))
+                return Err(TemplateError::at(i, "format gemma-3 does not model a message without 'content'")
+                    .with(Refusal::Unmodeled))
             }
         }
         Ok(())
@@ -118,7 +117,8 @@ impl Gemma {
             return Err(TemplateError::at(
                 0,
                 "System role not supported (the template raises; system=\"fold\" folds it into the first user message)",
-            ));
+            )
+            .with(Refusal::TemplateRaises));
         }
         let first = usize::from(has_system);
         rules::alternation(messages, first, ALTERNATION)?;
@@ -166,7 +166,8 @@ impl Gemma {
         let first = usize::from(has_system);
         rules::alternation(messages, first, ALTERNATION)?;
         if first == messages.len() {
-            return Err(TemplateError::at(0, "a system message needs a user message to be folded into; the template would drop it"));
+            return Err(TemplateError::at(0, "a system message needs a user message to be folded into; the template would drop it")
+                .with(Refusal::Dropped));
         }
         let system = if has_system {
             rules::no_tool_calls(messages, 0, self.name())?;
@@ -175,11 +176,18 @@ impl Gemma {
                 Some(Content::Parts(parts)) => match parts.as_slice() {
                     [ContentPart::Text(t)] => t.as_str(),
                     [ContentPart::Text(_), ..] => {
-                        return Err(TemplateError::at(0, "the gemma-3 template keeps only the first part of a system message; pass one text part"))
+                        return Err(TemplateError::at(0, "the gemma-3 template keeps only the first part of a system message; pass one text part")
+                            .with(Refusal::Dropped))
                     }
-                    _ => return Err(TemplateError::at(0, "a system message's first content part must be text")),
+                    _ => {
+                        return Err(TemplateError::at(0, "format gemma-3 models a system message whose first content part is text")
+                            .with(Refusal::Unmodeled))
+                    }
                 },
-                None => return Err(TemplateError::at(0, "the message has no 'content' (or it is None)")),
+                None => {
+                    return Err(TemplateError::at(0, "format gemma-3 does not model a message without 'content'")
+                        .with(Refusal::Unmodeled))
+                }
             })
         } else {
             None

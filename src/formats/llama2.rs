@@ -15,7 +15,7 @@
 //! system message, and messages of other roles in assistant position (rendered as nothing).
 
 use super::{rules, ChatFormat, RenderRequest, SystemSlot, TokenResolver};
-use crate::error::{Result, TemplateError};
+use crate::error::{Refusal, Result, TemplateError};
 use crate::pieces::{PieceKind, Pieces, TemplateToken};
 use crate::pystr;
 
@@ -54,7 +54,8 @@ impl ChatFormat for Llama2 {
         let first = usize::from(has_system);
         rules::alternation(messages, first, ALTERNATION)?;
         if first == messages.len() {
-            return Err(TemplateError::at(0, "a system message needs a user message to be folded into; the template would drop it"));
+            return Err(TemplateError::at(0, "a system message needs a user message to be folded into; the template would drop it")
+                .with(Refusal::Dropped));
         }
         for i in 0..messages.len() {
             rules::no_tool_calls(messages, i, self.name())?;
@@ -101,7 +102,8 @@ impl ChatFormat for Llama2 {
                     return Err(TemplateError::at(
                         i,
                         format!("role {other:?} is not rendered by the llama-2 template (it would drop the message silently)"),
-                    ))
+                    )
+                    .with(Refusal::Dropped))
                 }
             }
         }

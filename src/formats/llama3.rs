@@ -13,8 +13,8 @@
 //! template renders an empty string), a list of content parts (it renders the list's repr),
 //! `tool_calls` and `tool`/`ipython` messages (not rendered by chatids yet).
 
-use super::{rules, ChatFormat, RenderRequest, TemplateArgs, TokenResolver};
-use crate::error::{Result, TemplateError};
+use super::{rules, ArgKind, ChatFormat, RenderRequest, TokenResolver};
+use crate::error::{Refusal, Result, TemplateError};
 use crate::message::Message;
 use crate::pieces::{Pieces, TemplateToken};
 use crate::pystr;
@@ -84,7 +84,7 @@ impl Llama3 {
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
-        rules::known_kwargs(request.kwargs, &[], self.name())?;
+        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
         out.token(&self.bos);
         for i in 0..request.messages.len() {
             rules::no_tool_calls(request.messages, i, self.name())?;
@@ -99,7 +99,11 @@ impl Llama3 {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
-        let date = self.date_string(request.kwargs)?;
+        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
+        let date = match self.variant {
+            Llama3Variant::Llama32 => rules::clock_value(request, "date_string", "%d %b %Y", true, self.name())?,
+            _ => std::borrow::Cow::Borrowed(rules::str_kwarg(request.kwargs, "date_string")?.unwrap_or("26 Jul 2024")),
+        };
         out.token(&self.bos);
         let (system, first) = if messages[0].role == "system" {
             rules::no_tool_calls(messages, 0, self.name())?;
@@ -124,38 +128,23 @@ impl Llama3 {
             if role == "tool" || role == "ipython" {
                 return Err(TemplateError::at(
                     i,
-                    format!(
-                        "{role:?} messages (tool results) are not rendered by format {} yet",
-                        self.name()
-                    ),
-                ));
+                    format!("format {} does not model {role:?} messages (tool results)", self.name()),
+                )
+                .with(Refusal::Unmodeled));
             }
             if messages[i].tool_calls.is_some() {
                 // The template raises for an empty list too ("only supports single tool-calls").
                 return Err(TemplateError::at(
                     i,
-                    format!(
-                        "the message has 'tool_calls', which format {} does not render yet",
-                        self.name()
-                    ),
-                ));
+                    format!("format {} does not model 'tool_calls'", self.name()),
+                )
+                .with(Refusal::Unmodeled));
             }
             self.message(out, messages, i)?;
         }
         Ok(())
     }
 
-    fn date_string<'a>(&self, kwargs: &'a TemplateArgs) -> Result<&'a str, TemplateError> {
-        rules::known_kwargs(kwargs, &["date_string"], self.name())?;
-        match (rules::str_kwarg(kwargs, "date_string")?, self.variant) {
-            (Some(date), _) => Ok(date),
-            (None, Llama3Variant::Llama32) => Err(TemplateError::whole(
-                "format llama-3.2 needs date_string: its template writes today's date, and the chatids core never reads the clock \
-                 (the Python Encoder fills it in)",
-            )),
-            (None, _) => Ok("26 Jul 2024"),
-        }
-    }
 }
 
 impl ChatFormat for Llama3 {
@@ -188,6 +177,13 @@ impl ChatFormat for Llama3 {
         match self.variant {
             Llama3Variant::Llama3 => &["<|eot_id|>", "<|end_of_text|>"],
             _ => &["<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"],
+        }
+    }
+
+    fn template_args(&self) -> &'static [(&'static str, ArgKind)] {
+        match self.variant {
+            Llama3Variant::Llama3 => &[],
+            _ => &[("date_string", ArgKind::Str)],
         }
     }
 

@@ -21,7 +21,7 @@
 //! when that turn is the final message), tool calls and tool results (not rendered yet).
 
 use super::{rules, ChatFormat, RenderRequest, SystemSlot, TokenResolver};
-use crate::error::{Result, TemplateError};
+use crate::error::{Refusal, Result, TemplateError};
 use crate::pieces::{Pieces, TemplateToken};
 use crate::pystr;
 
@@ -117,16 +117,14 @@ impl Mistral {
             rules::no_tool_calls(messages, i, name)?;
             let role = messages[i].role.as_str();
             if self.variant != MistralVariant::V1 && (role == "tool" || role == "tool_results") {
-                return Err(TemplateError::at(
-                    i,
-                    format!("'tool' messages are not rendered by format {name} yet"),
-                ));
+                return Err(TemplateError::at(i, format!("format {name} does not model 'tool' messages"))
+                    .with(Refusal::Unmodeled));
             }
         }
         rules::alternation(messages, first, ALTERNATION)?;
         for i in 0..messages.len() {
             if i >= first && messages[i].role != "user" && messages[i].role != "assistant" {
-                return Err(TemplateError::at(i, ONLY_USER_ASSISTANT));
+                return Err(TemplateError::at(i, ONLY_USER_ASSISTANT).with(Refusal::TemplateRaises));
             }
             rules::text(messages, i, name)?;
         }
@@ -144,7 +142,8 @@ impl Mistral {
                     MistralVariant::V1 => "a system message needs a user message after it; the template would drop it",
                     _ => "the template writes the system message into the last user turn only when the conversation ends with it; here it would be dropped",
                 },
-            ));
+            )
+            .with(Refusal::Dropped));
         }
         let system = if has_system {
             Some(rules::text(messages, 0, name)?)
@@ -212,7 +211,7 @@ impl Mistral {
         for i in 0..messages.len() {
             rules::no_tool_calls(messages, i, name)?;
             if !matches!(messages[i].role.as_str(), "user" | "system" | "assistant") {
-                return Err(TemplateError::at(i, ONLY_USER_SYSTEM_ASSISTANT));
+                return Err(TemplateError::at(i, ONLY_USER_SYSTEM_ASSISTANT).with(Refusal::TemplateRaises));
             }
             rules::text(messages, i, name)?;
         }
@@ -220,12 +219,7 @@ impl Mistral {
         let spaced = self.variant == MistralVariant::V7;
         out.token(&self.bos);
         if self.variant == MistralVariant::V7Tekken && messages[0].role != "system" {
-            let today = rules::str_kwarg(request.kwargs, "today")?.ok_or_else(|| {
-                TemplateError::whole(
-                    "format mistral-v7-tekken needs today (YYYY-MM-DD) for its default system prompt; the chatids core never \
-                     reads the clock (the Python Encoder fills it in)",
-                )
-            })?;
+            let today = rules::clock_value(request, "today", "%Y-%m-%d", false, name)?;
             out.token(system_start);
             out.text(SMALL_2501_DEFAULT_SYSTEM_HEAD);
             out.content(today);
@@ -289,12 +283,7 @@ impl ChatFormat for Mistral {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         rules::not_empty(request.messages)?;
-        let allowed: &[&str] = if self.variant == MistralVariant::V7Tekken {
-            &["today"]
-        } else {
-            &[]
-        };
-        rules::known_kwargs(request.kwargs, allowed, self.name())?;
+        rules::known_kwargs(request.kwargs, &[], self.name())?;
         match self.variant {
             MistralVariant::V7 | MistralVariant::V7Tekken => self.render_v7(request, out),
             _ => self.render_v1_v3(request, out),

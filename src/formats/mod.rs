@@ -19,9 +19,10 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
-use crate::error::{Error, Result, TemplateError};
+use crate::error::{Error, Refusal, Result, TemplateError};
 use crate::message::{Content, Message, TemplateValue};
 use crate::pieces::{PieceKind, Pieces, TemplateToken};
+use crate::template::DateTime;
 
 pub use chatml::{Chatml, ChatmlVariant};
 pub use gemma::{Gemma, GemmaVariant};
@@ -43,6 +44,18 @@ pub struct RenderRequest<'a> {
     pub kwargs: &'a TemplateArgs,
     /// What to do with a system message the format has no slot for.
     pub system: SystemPolicy,
+    /// What the template's clock (`strftime_now()`) returns, for formats whose template reads
+    /// it ([`ChatFormat::clock_defaults`]); the core never reads the clock itself.
+    pub now: Option<DateTime>,
+}
+
+/// The type of a template argument a native format models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    /// A string (`date_string`).
+    Str,
+    /// A boolean (`enable_thinking`).
+    Bool,
 }
 
 /// What to do with a leading system message (the `system=` option).
@@ -99,9 +112,16 @@ pub trait ChatFormat: Send + Sync {
     /// vocabulary; missing ones are skipped).
     fn stop_tokens(&self) -> &'static [&'static str];
 
-    /// Template arguments that the template fills from the clock when they are absent, with
-    /// the `strftime` format it uses. chatids never reads the clock in the core: the caller
-    /// (the Python layer) supplies them.
+    /// The template arguments the format models, with their type. Any other argument the
+    /// template reads is rendered by the template itself (the format refuses it as
+    /// [`crate::error::Refusal::Unmodeled`]).
+    fn template_args(&self) -> &'static [(&'static str, ArgKind)] {
+        &[]
+    }
+
+    /// Values the template takes from its clock (`strftime_now()`), with the `strftime` format
+    /// it uses: the format fills them from [`RenderRequest::now`] (where the name is also one of
+    /// [`ChatFormat::template_args`], only when the caller did not pass it).
     fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {
         &[]
     }
@@ -386,11 +406,13 @@ pub(crate) mod rules {
     ) -> Result<&'m str, TemplateError> {
         match &messages[i].content {
             Some(Content::Text(s)) => Ok(s),
-            None => Err(TemplateError::at(i, "the message has no 'content' (or it is None)")),
+            None => Err(TemplateError::at(i, format!("format {format} does not model a message without 'content'"))
+                .with(Refusal::Unmodeled)),
             Some(Content::Parts(_)) => Err(TemplateError::at(
                 i,
-                format!("format {format} takes string content; its template does not read a list of content parts"),
-            )),
+                format!("format {format} does not model a list of content parts"),
+            )
+            .with(Refusal::Unmodeled)),
         }
     }
 
@@ -404,34 +426,61 @@ pub(crate) mod rules {
         if matches!(messages[i].tool_calls, Some(None) | Some(Some(1..))) {
             return Err(TemplateError::at(
                 i,
-                format!("the message has 'tool_calls', which format {format} does not render yet (chatids refuses to drop them)"),
-            ));
+                format!("format {format} does not model 'tool_calls' (the checkpoint's template renders them)"),
+            )
+            .with(Refusal::Unmodeled));
         }
         Ok(())
     }
 
-    /// Check that `kwargs` only holds the names in `allowed`.
+    /// Check that `kwargs` only holds the arguments the format models.
     pub fn known_kwargs(
         kwargs: &TemplateArgs,
-        allowed: &[&str],
+        allowed: &[(&str, ArgKind)],
         format: &str,
     ) -> Result<(), TemplateError> {
         for (name, value) in kwargs {
             // `apply_chat_template` always passes `tools` and `documents` (None by default).
             let absent =
                 *value == TemplateValue::None && ["tools", "documents"].contains(&name.as_str());
-            if !allowed.contains(&name.as_str()) && !absent {
+            if !allowed.iter().any(|(a, _)| a == name) && !absent {
                 let accepted = if allowed.is_empty() {
                     "none".to_string()
                 } else {
-                    allowed.join(", ")
+                    allowed.iter().map(|(a, _)| *a).collect::<Vec<_>>().join(", ")
                 };
                 return Err(TemplateError::whole(format!(
-                    "format {format} has no template argument {name:?} (it takes: {accepted}); an unknown argument would be ignored silently"
-                )));
+                    "format {format} does not model the template argument {name:?} (it models: {accepted})"
+                ))
+                .with(Refusal::Unmodeled));
             }
         }
         Ok(())
+    }
+
+    /// The value the template takes from its clock for `name` (`strftime(fmt, now)`), unless
+    /// `from_caller` and the caller passed it.
+    pub fn clock_value<'k>(
+        request: &RenderRequest<'k>,
+        name: &str,
+        fmt: &str,
+        from_caller: bool,
+        format: &str,
+    ) -> Result<std::borrow::Cow<'k, str>, TemplateError> {
+        if from_caller {
+            if let Some(value) = str_kwarg(request.kwargs, name)? {
+                return Ok(std::borrow::Cow::Borrowed(value));
+            }
+        }
+        let now = request.now.ok_or_else(|| {
+            TemplateError::whole(format!(
+                "format {format} writes the date from the template's clock ({name}): pass now= (the chatids core never \
+                 reads the clock; the Python API passes the current time unless you give one)"
+            ))
+        })?;
+        crate::template::strftime(fmt, &now)
+            .map(std::borrow::Cow::Owned)
+            .map_err(TemplateError::whole)
     }
 
     /// A string template argument.
@@ -443,9 +492,10 @@ pub(crate) mod rules {
             None => Ok(None),
             Some(TemplateValue::Str(s)) => Ok(Some(s)),
             Some(other) => Err(TemplateError::whole(format!(
-                "template argument {name} must be a str, not {}",
+                "the native format models template argument {name} as a str, not {}",
                 other.type_name()
-            ))),
+            ))
+            .with(Refusal::Unmodeled)),
         }
     }
 
@@ -458,10 +508,8 @@ pub(crate) mod rules {
     ) -> Result<(), TemplateError> {
         for (k, m) in messages.iter().enumerate().skip(offset) {
             if (m.role == "user") != ((k - offset) % 2 == 0) {
-                return Err(TemplateError::at(
-                    k,
-                    format!("{rule} (the template raises)"),
-                ));
+                return Err(TemplateError::at(k, format!("{rule} (the template raises)"))
+                    .with(Refusal::TemplateRaises));
             }
         }
         Ok(())
@@ -529,9 +577,10 @@ pub(crate) mod rules {
             None => Ok(None),
             Some(TemplateValue::Bool(b)) => Ok(Some(*b)),
             Some(other) => Err(TemplateError::whole(format!(
-                "template argument {name} must be a bool, not {}",
+                "the native format models template argument {name} as a bool, not {}",
                 other.type_name()
-            ))),
+            ))
+            .with(Refusal::Unmodeled)),
         }
     }
 }

@@ -54,7 +54,21 @@ fn which_text_encoder(name: &str) -> PyResult<crate::text::Which> {
 
 fn to_py_err(e: Error) -> PyErr {
     match e {
-        Error::Template(t) => ChatTemplateError::new_err(t.to_string()),
+        Error::Template(t) => Python::attach(|py| {
+            let err = ChatTemplateError::new_err(t.to_string());
+            let value = err.value(py);
+            let refusal = match t.refusal {
+                crate::error::Refusal::Input => "input",
+                crate::error::Refusal::TemplateRaises => "template",
+                crate::error::Refusal::Dropped => "dropped",
+                crate::error::Refusal::Unmodeled => "unmodeled",
+            };
+            // Setting attributes on a fresh exception object cannot fail.
+            let _ = value.setattr("refusal", refusal);
+            let _ = value.setattr("message_index", t.message);
+            let _ = value.setattr("conversation_index", t.conversation);
+            err
+        }),
         Error::Load(msg) => CheckpointError::new_err(msg),
         Error::Tokenizer(msg) => PyRuntimeError::new_err(format!("tokenizer error: {msg}")),
     }
@@ -158,7 +172,9 @@ fn message_from_py(obj: &Bound<'_, PyAny>, i: usize, raw: bool) -> Result<Messag
         ));
     };
     let field = |key: &str| get(dict, key).map_err(|e| TemplateError::at(i, e.to_string()));
-    if raw {
+    // A message the native formats do not model (content parts, no content, keys they do
+    // not read) may be handed to the checkpoint's template: keep the whole dict for it.
+    if raw || !plain_message(dict) {
         return raw_message_from_py(dict, i);
     }
     let role = match field("role")? {
@@ -196,6 +212,34 @@ fn train_flag(value: Option<&Bound<'_, PyAny>>, i: usize) -> Result<Option<bool>
     }
 }
 
+/// Whether a message dict holds only what native formats model: a `role`, a str `content`,
+/// reasoning and `train` keys.
+fn plain_message(dict: &Bound<'_, PyDict>) -> bool {
+    let py = dict.py();
+    let content = match dict.get_item(pyo3::intern!(py, "content")) {
+        Ok(Some(c)) => c,
+        _ => return false,
+    };
+    if !content.is_instance_of::<pyo3::types::PyString>() {
+        return false;
+    }
+    // Most messages are exactly {"role": ..., "content": ...}.
+    let mut known = 1;
+    for key in [
+        pyo3::intern!(py, "role"),
+        pyo3::intern!(py, "reasoning_content"),
+        pyo3::intern!(py, "thinking"),
+        pyo3::intern!(py, "reasoning"),
+        pyo3::intern!(py, "train"),
+    ] {
+        if known == dict.len() {
+            break;
+        }
+        known += usize::from(dict.contains(key).unwrap_or(false));
+    }
+    known == dict.len()
+}
+
 /// A message for the generic path: the whole dict as JSON (`None` values dropped, as
 /// transformers does), plus the fields chatids reads itself, parsed leniently (the template
 /// decides what it accepts).
@@ -211,10 +255,10 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
         let json = json_from_py(&value, &key).map_err(|e| TemplateError::at(i, e))?;
         map.insert(key, json);
     }
-    // The template decides what else it accepts, but a message without a str role, with a
-    // content that is neither text nor a list of parts, or with nothing to render is
-    // malformed: refuse it here, naming the message, instead of letting the template render
-    // `None` or fail without saying where.
+    // The template decides what else it accepts (a message without content is rendered as
+    // the template renders it), but a message without a str role, or with a content that is
+    // neither text nor a list of parts, is malformed: refuse it here, naming the message,
+    // instead of letting the template render `None` or fail without saying where.
     let role = match map.get("role") {
         Some(serde_json::Value::String(r)) => r.clone(),
         Some(_) => {
@@ -236,12 +280,6 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
     let tool_calls = field("tool_calls").map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
     let train = train_flag(field("train").as_ref(), i)?;
-    if content.is_none() && tool_calls.is_none() && reasoning_content.is_none() {
-        return Err(TemplateError::at(
-            i,
-            "the message has no 'content' (or it is None), no 'tool_calls' and no reasoning",
-        ));
-    }
     Ok(Message {
         role,
         content,
@@ -533,7 +571,7 @@ impl PyEncoder {
 impl PyEncoder {
     /// Load a checkpoint directory; `format` forces a native format.
     #[staticmethod]
-    #[pyo3(signature = (path, format=None, reference=None, chat_template=None, allow_external=false))]
+    #[pyo3(signature = (path, format=None, reference=None, chat_template=None, allow_external=false, unknown_template_args="error"))]
     fn from_pretrained(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -541,7 +579,11 @@ impl PyEncoder {
         reference: Option<String>,
         chat_template: Option<String>,
         allow_external: bool,
+        unknown_template_args: &str,
     ) -> PyResult<Self> {
+        let unknown_template_args = unknown_template_args
+            .parse()
+            .map_err(to_py_err)?;
         let encoder = py.detach(|| {
             guarded(|| {
                 let reference = reference.as_deref().map(Route::parse).transpose()?;
@@ -552,10 +594,21 @@ impl PyEncoder {
                         reference,
                         chat_template: chat_template.as_deref(),
                         allow_external,
+                        unknown_template_args,
                     },
                 )
             })
         })?;
+        Ok(PyEncoder {
+            inner: Arc::new(encoder),
+        })
+    }
+
+    /// The same tokenizer with another chat template (the text encoders are shared).
+    #[pyo3(signature = (template, format=None))]
+    fn with_chat_template(&self, py: Python<'_>, template: String, format: Option<String>) -> PyResult<Self> {
+        let inner = Arc::clone(&self.inner);
+        let encoder = py.detach(|| guarded(|| inner.with_chat_template(&template, format.as_deref())))?;
         Ok(PyEncoder {
             inner: Arc::new(encoder),
         })
@@ -614,10 +667,21 @@ impl PyEncoder {
         ))
     }
 
-    /// `(argument, strftime format)` pairs the template fills from the clock.
+    /// The template arguments the template reads (None: not known).
     #[getter]
-    fn clock_defaults(&self) -> Vec<(&'static str, &'static str)> {
-        self.inner.clock_defaults().to_vec()
+    fn template_args(&self) -> Option<Vec<String>> {
+        self.inner
+            .template_args()
+            .map(|names| names.iter().cloned().collect())
+    }
+
+    /// `"error"` or `"ignore"`: what happens to arguments the template does not read.
+    #[getter]
+    fn unknown_template_args(&self) -> &'static str {
+        match self.inner.unknown_template_args() {
+            crate::encoder::ArgsPolicy::Error => "error",
+            crate::encoder::ArgsPolicy::Ignore => "ignore",
+        }
     }
 
     /// The control tokens as `(text, id)` pairs.
@@ -1391,7 +1455,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_gguf_tokenizer_json, m)?)?;
     m.add_function(wrap_pyfunction!(_pack, m)?)?;
     m.add_function(wrap_pyfunction!(_pad, m)?)?;
-    m.add("ChatTemplateError", m.py().get_type::<ChatTemplateError>())?;
+    let template_error = m.py().get_type::<ChatTemplateError>();
+    // What every ChatTemplateError carries (errors raised in Python keep these defaults).
+    template_error.setattr("refusal", "input")?;
+    template_error.setattr("message_index", None::<usize>)?;
+    template_error.setattr("conversation_index", None::<usize>)?;
+    m.add("ChatTemplateError", template_error)?;
     m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FORMATS", crate::formats::FORMAT_NAMES.to_vec())?;
