@@ -64,20 +64,14 @@ impl Default for EncodeOptions {
     }
 }
 
-/// The template arguments every template is given by transformers, accepted whether or not the
-/// template reads them: its special-token names (`SPECIAL_TOKENS_ATTRIBUTES`), `tools` and
-/// `documents`.
-pub const ALWAYS_ACCEPTED: &[&str] = &[
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
-    "tools",
-    "documents",
-];
+/// The template arguments every template is given by transformers besides its special tokens
+/// ([`crate::checkpoint::SPECIAL_TOKEN_NAMES`]), accepted whether or not the template reads them.
+pub const ALWAYS_ACCEPTED: &[&str] = &["tools", "documents"];
+
+/// Whether transformers gives every template the argument `name`.
+fn always_accepted(name: &str) -> bool {
+    ALWAYS_ACCEPTED.contains(&name) || crate::checkpoint::SPECIAL_TOKEN_NAMES.contains(&name)
+}
 
 /// What to do with a template argument the template does not read.
 ///
@@ -245,7 +239,7 @@ impl TemplateRoute {
                     .iter()
                     .map(|(n, _)| n.to_string())
                     .chain(self.special_tokens_map.iter().map(|(k, _)| k.clone()))
-                    .chain(ALWAYS_ACCEPTED.iter().map(|n| n.to_string()))
+                    .chain(ALWAYS_ACCEPTED.iter().chain(&crate::checkpoint::SPECIAL_TOKEN_NAMES).map(|n| n.to_string()))
                     .collect();
                 &format_args
             }
@@ -267,7 +261,7 @@ impl TemplateRoute {
         }
         let standard = |n: &str| {
             matches!(n, "messages" | "add_generation_prompt")
-                || ALWAYS_ACCEPTED.contains(&n)
+                || always_accepted(n)
                 || self.special_tokens_map.iter().any(|(k, _)| k == n)
         };
         let reads: Vec<&str> = accepted
@@ -579,7 +573,12 @@ impl Encoder {
         let template_args = compiled.as_ref().ok().map(|j| {
             let mut names = j.template().variables().clone();
             names.extend(checkpoint.special_tokens_map.iter().map(|(k, _)| k.clone()));
-            names.extend(ALWAYS_ACCEPTED.iter().map(|n| n.to_string()));
+            names.extend(
+                ALWAYS_ACCEPTED
+                    .iter()
+                    .chain(&crate::checkpoint::SPECIAL_TOKEN_NAMES)
+                    .map(|n| n.to_string()),
+            );
             names
         });
         let route = TemplateRoute {

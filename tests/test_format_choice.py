@@ -79,25 +79,38 @@ def check_equal(model: support.Model, enc: chatids.Encoder, template: str, messa
 # ---- edited templates: the format chosen, and the ids ----
 
 
-def test_gemma3_with_a_harmless_edit_keeps_gemma3():
-    m = support.load_model("gemma-3-it")
-    template = "{%- set x = true -%}\n" + template_of("gemma-3-it")
-    enc = m.enc.with_chat_template(template)
-    assert enc.format == "gemma-3", enc.explain()
-    # Gemma 1/2's format refuses a system message this template renders: explain() says so.
-    assert "not gemma: it refuses probe" in enc.explain()
-    for messages in CONVERSATIONS:
-        check_equal(m, enc, template, messages)
+def _gemma3_harmless_edit(stock: str) -> str:
+    return "{%- set x = true -%}\n" + stock
 
 
-def test_changed_default_system_prompt_is_not_the_stock_format():
-    m = support.load_model("qwen2.5-7b-instruct")
-    stock = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-    template = template_of("qwen2.5-7b-instruct").replace(stock, "You are a careful assistant.")
-    assert template != template_of("qwen2.5-7b-instruct")
+def _qwen25_other_default_system_prompt(stock: str) -> str:
+    default = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    assert default in stock
+    return stock.replace(default, "You are a careful assistant.")
+
+
+def _llama3_assistant_renamed(stock: str) -> str:
+    """The assistant written as "model"."""
+    role = "'<|start_header_id|>' + message['role']"
+    assert role in stock
+    return stock.replace(role, "'<|start_header_id|>' + (message['role'] | replace('assistant', 'model'))")
+
+
+@pytest.mark.parametrize(
+    "name,edit,expected_format,explained",
+    [
+        # Gemma 1/2's format refuses a system message this template renders: explain() says so.
+        ("gemma-3-it", _gemma3_harmless_edit, "gemma-3", "not gemma: it refuses probe"),
+        ("qwen2.5-7b-instruct", _qwen25_other_default_system_prompt, "jinja", "not qwen2.5: probe"),
+        ("meta-llama-3-8b-instruct", _llama3_assistant_renamed, "jinja", "not llama-3:"),
+    ],
+)
+def test_edited_template(name, edit, expected_format, explained):
+    m = support.load_model(name)
+    template = edit(template_of(name))
     enc = m.enc.with_chat_template(template)
-    assert enc.format == "jinja"
-    assert "not qwen2.5: probe" in enc.explain()
+    assert enc.format == expected_format, enc.explain()
+    assert explained in enc.explain()
     for messages in CONVERSATIONS:
         check_equal(m, enc, template, messages)
 
@@ -120,19 +133,6 @@ def test_added_list_content_branch_keeps_the_format_and_renders_parts_with_the_t
     parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
     assert check_equal(m, enc, template, parts) == "exact"
     assert "<|im_start|>user\nab<|im_end|>" in enc.render(parts)
-
-
-def test_renamed_role_is_not_the_stock_format():
-    """A Llama 3 template that writes the assistant as "model"."""
-    m = support.load_model("meta-llama-3-8b-instruct")
-    stock = template_of("meta-llama-3-8b-instruct")
-    template = stock.replace("'<|start_header_id|>' + message['role']", "'<|start_header_id|>' + (message['role'] | replace('assistant', 'model'))")
-    assert template != stock
-    enc = m.enc.with_chat_template(template)
-    assert enc.format == "jinja", enc.explain()
-    assert "not llama-3:" in enc.explain()
-    for messages in CONVERSATIONS:
-        check_equal(m, enc, template, messages)
 
 
 def test_qwen25_vl_template_reads_content_parts():

@@ -324,7 +324,8 @@ class Encoder:
         is given (the special tokens, ``tools``, ``documents``); ``None`` on the mistral-common
         route, whose only argument is ``tools``."""
         if self._fallback is not None:
-            return self._fallback.template_args
+            fallback_names: Optional[frozenset[str]] = self._fallback.template_args
+            return fallback_names
         names = self._core.template_args
         return None if names is None else frozenset(names)
 

@@ -293,22 +293,24 @@ fn default_template(dir: &Path, templates: &[(String, String)]) -> Result<(Strin
     }
 }
 
+/// transformers' standard special-token names (`SPECIAL_TOKENS_ATTRIBUTES`).
+pub const SPECIAL_TOKEN_NAMES: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
+
 /// transformers' `special_tokens_map`: the standard special-token names (config value, or the
 /// tokenizer class's default when the config leaves the key out; `None` means unset), then the
 /// config's `extra_special_tokens` dict and other string-valued `*_token` keys.
 fn special_tokens_map(config: &Value) -> Vec<(String, String)> {
-    const STANDARD: [&str; 7] = [
-        "bos_token",
-        "eos_token",
-        "unk_token",
-        "sep_token",
-        "pad_token",
-        "cls_token",
-        "mask_token",
-    ];
     let defaults = compat::class_default_special_tokens(config);
     let mut out: Vec<(String, String)> = Vec::new();
-    for key in STANDARD {
+    for key in SPECIAL_TOKEN_NAMES {
         let value = match config.get(key) {
             Some(v) => token_string(Some(v)),
             None => defaults
@@ -337,7 +339,7 @@ fn special_tokens_map(config: &Value) -> Vec<(String, String)> {
     }
     if let Some(all) = config.as_object() {
         for (k, v) in all {
-            if k.ends_with("_token") && !STANDARD.contains(&k.as_str()) && v.is_string() {
+            if k.ends_with("_token") && !SPECIAL_TOKEN_NAMES.contains(&k.as_str()) && v.is_string() {
                 push(k, v, &mut out);
             }
         }
