@@ -363,6 +363,35 @@ CTX = {
 }
 
 SNIPPETS = [
+    # calls with *args / **kwargs, macros taking varargs / kwargs, macros held in values
+    "{% macro m(a, b) %}{{ a }}-{{ b }}{% endmacro %}{% set args = [1, 2] %}{{ m(*args) }}{{ m(**{'a': 3, 'b': 4}) }}{{ m(5, *[6]) }}{{ m(*[7], b=8) }}",
+    "{% macro m(a, b=a ~ '!') %}{{ a }}-{{ b }}{% endmacro %}{{ m(*['x']) }}{% set ms = [m] %}{{ ms[0]('y') }}{{ ms[0](none) }}{{ ms[0]('z', b=none) }}",
+    "{{ 'a,b'.split(*[',']) }}|{{ '{}-{}'.format(*[1, 2]) }}|{{ dict(**{'a': 1}) }}|{{ range(*[1, 4]) | list }}|{{ d.get(*['b']) }}|{{ msgs[0].get(**{'key': 'role'}) }}",
+    "{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, a=3) }}{{ m() }}{{ m(*lst, **d) }}",
+    "{% macro m(x) %}{{ x }}{{ varargs }}{% endmacro %}{{ m(1, 2, 3) }}{{ m(1, a=2) }}",
+    "{% macro m(x) %}{{ x }}{{ kwargs }}{% endmacro %}{{ m(1, x=2) }}",
+    "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(*5) }}",
+    "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(**{1: 2}) }}",
+    "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1, **{'x': 2}) }}",
+    "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1, 2) }}",
+    "{% macro outer() %}{% macro inner() %}{{ varargs }}{% endmacro %}{{ inner(1) }}{% endmacro %}{{ outer(2) }}",
+    # a macro or call block in a loop reading a name the loop sets (a fresh value each iteration)
+    "{% set i = 1 %}{% for j in [3, 4] %}{% macro q() %}[{{ i }}]{% endmacro %}{{ q() }}{% set i = j %}{{ q() }}{% endfor %}",
+    "{% for j in [3, 4] %}{% macro q() %}[{{ i }}]{% endmacro %}{{ q() }}{% set i = j %}{{ q() }}{% endfor %}",
+    "{% for j in [3, 4] %}{% if j == 3 %}{% set i = j %}{% endif %}{% macro q() %}[{{ i }}]{% endmacro %}{{ q() }}{% endfor %}",
+    "{% for j in [3, 4] %}{% if j == 3 %}{% set s = j %}{% endif %}{% macro q() %}[{{ s }}]{% endmacro %}{{ q() }}{% endfor %}",
+    "{% for j in [3, 4] %}{% macro q() %}[{{ i }}]{% endmacro %}{{ q() }}{% set i = 5 %}{% endfor %}",
+    "{% macro f() %}<{{ caller() }}>{% endmacro %}{% for m in msgs %}{% set r = m.role %}{% call f() %}{{ r }}{{ m.content }}{% endcall %}{% endfor %}",
+    "{% macro f() %}<{{ caller() }}>{% endmacro %}{% for m in msgs %}{% call f() %}{{ r }}{% endcall %}{% set r = m.role %}{% endfor %}",
+    # jinja2's other globals
+    "{% set j = joiner(', ') %}{% for x in [1, 2, 3] %}{{ j() }}{{ x }}{% endfor %}{% set k = joiner() %}{{ k() }}{{ k() }}{% set z = joiner(sep=0) %}{{ z() }}{{ z() }}",
+    "{% set c = cycler('a', 'b') %}{% for x in [1, 2, 3] %}{{ c.next() }}{% endfor %}{{ c.current }}{{ c.reset() }}{{ c.current }}{{ c.items }}",
+    "{{ cycler() }}",
+    "{% macro m() %}{{ caller(1, 2, k=3) }}{{ caller(4) }}{% endmacro %}{% call(x) m() %}{{ x }}{{ varargs }}{{ kwargs }}{% endcall %}",
+    "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(x) m() %}{{ x }}{% endcall %}",
+    "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call m() %}{{ varargs }}{% endcall %}",
+    "{{ self.b() }}{% block b %}x{% endblock %}{{ self.b() }}",
+    "{{ self }}|{{ self is defined }}|{{ lipsum is defined }}|{{ joiner is defined }}|{{ cycler is defined }}|{{ debug is defined }}|{{ loop is defined }}|{{ caller is defined }}",
     # output formatting (Python str())
     "{{ n }}|{{ t }}|{{ f }}|{{ i }}|{{ fl }}|{{ neg }}",
     "{{ floats }}",
@@ -635,13 +664,13 @@ REFUSED = {
     "{{ lst | random }}": "random output",
     "{{ '%g|%.3g' % (0.5, 1234.5) }}": "%g formatting",
     "{{ ns }}": "a namespace's repr",
+    "{{ lipsum() }}": "random text",
+    "{% set c = cycler(1) %}{{ c }}": "the repr of a cycler (a memory address)",
     "{{ ''.encode() }}": "bytes",
     "{% for x in [1] %}{{ loop }}{% endfor %}": "the repr of a loop object",
     "{% macro m() %}{% endmacro %}{{ m }}": "the repr of a macro",
-    "{% macro m() %}{{ varargs }}{% endmacro %}{{ m() }}": "macros reading varargs/kwargs",
     "{% for v in [1] %}{% block b %}{{ v }}{% endblock %}{% endfor %}": "blocks inside loops",
     "{% for x in [1, 2] %}{% with %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endwith %}{% endfor %}": "break inside a with block",
-    "{% for j in [3, 4] %}{% macro q() %}{{ i }}{% endmacro %}{{ q() }}{% set i = 5 %}{% endfor %}": "a macro in a loop reading a name the loop sets",
     "{{ 1234.5 | round(-2) }}": "round with a negative precision",
 }
 

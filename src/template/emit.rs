@@ -18,7 +18,8 @@ use super::methods::is_method_name;
 use super::parser::{Args, BinOp, CmpOp, Const, Expr, Stmt, Target};
 use super::predicates::{TEST_NAMES, UNSUPPORTED_TESTS};
 use super::scope::{
-    collect_macros, has_loop_control, level_refs, loop_declared, loop_names, stored_first,
+    all_reads, collect_macros, collect_varargs_macros, has_loop_control, level_refs,
+    loop_declared, loop_names, stored_first,
 };
 
 /// The result of translating a template.
@@ -35,14 +36,14 @@ struct Emitter {
     /// jinja2's "soft frame" (inside `{% if %}` or an inline if): an unknown filter or test
     /// fails when it runs instead of at compile time.
     soft: bool,
-    /// Inside a macro or call block body, where jinja2 gives `varargs` and `kwargs` meaning.
-    in_macro: usize,
     /// Inside a loop, macro or other inner frame.
     scoped: usize,
     /// The frames around the current statement.
     frames: Vec<Frame>,
     /// The names of the template's macros (calls to them say which arguments were passed).
     macros: Vec<String>,
+    /// The template's macros that take extra arguments (`varargs`, `kwargs`).
+    varargs_macros: Vec<String>,
     /// For unique helper names.
     counter: usize,
     /// The names each enclosing frame refers to (jinja2's symbol tables).
@@ -68,14 +69,15 @@ pub fn emit(stmts: &[Stmt], markup_add: bool) -> Result<Emitted, String> {
         reads_clock: false,
         markup_add,
         soft: false,
-        in_macro: 0,
         scoped: 0,
         frames: Vec::new(),
         macros: Vec::new(),
+        varargs_macros: Vec::new(),
         counter: 0,
         outer_refs: Vec::new(),
     };
     collect_macros(stmts, &mut e.macros);
+    collect_varargs_macros(stmts, &mut e.varargs_macros);
     e.frame_body(stmts, &[])?;
     Ok(Emitted {
         source: e.out,
@@ -242,14 +244,23 @@ impl Emitter {
                 }
                 let (mut sets, mut reads) = (Vec::new(), Vec::new());
                 loop_names(body, &mut sets, &mut reads, false);
-                if let Some(name) = reads.iter().find(|n| sets.contains(n)) {
-                    // MiniJinja's closures keep such a value across iterations; jinja2 does not.
-                    return Err(format!(
-                        "a macro or call block inside a loop reads '{name}', which the loop sets: not supported"
-                    ));
+                // jinja2 starts every iteration with fresh loop-body variables. MiniJinja clears
+                // the frame's locals too, but a macro or call block defined in the loop keeps a
+                // closure across iterations: re-bind such names to the value an iteration
+                // starts with (the enclosing one) before anything runs, which resets the closure.
+                let mut resets: Vec<&str> = Vec::new();
+                for name in reads.iter().filter(|n| sets.contains(n)) {
+                    if !resets.contains(name) {
+                        resets.push(name);
+                    }
                 }
+                let resets: String = resets
+                    .iter()
+                    .map(|n| format!("{{% set {n} = {n} %}}"))
+                    .collect();
                 if else_.is_empty() || !has_loop_control(body) {
                     self.tag(*line, &head);
+                    self.out.push_str(&resets);
                     self.inner_stmts(body, Frame::Loop, &loop_declared(target))?;
                     if !else_.is_empty() {
                         self.tag(0, "else");
@@ -263,6 +274,7 @@ impl Emitter {
                     let flag = format!("__cj_else_{}", self.counter);
                     self.tag(*line, &format!("set {flag} = namespace(run=true)"));
                     self.tag(0, &head);
+                    self.out.push_str(&resets);
                     self.inner_stmts(body, Frame::Loop, &loop_declared(target))?;
                     self.tag(0, &format!("set {flag}.run = false"));
                     self.tag(0, "endfor");
@@ -317,16 +329,16 @@ impl Emitter {
                 body,
                 line,
             } => {
-                let (sig, prologue) = self.with_soft(false, |e| e.signature(params, true))?;
+                let (mut sig, mut prologue) =
+                    self.with_soft(false, |e| e.signature(params, true))?;
+                extra_params(body, &mut sig, &mut prologue, false);
                 self.tag(*line, &format!("macro {name}({sig})"));
                 self.out.push_str(&prologue);
-                self.in_macro += 1;
                 let mut declared: Vec<String> = params.iter().map(|p| p.0.clone()).collect();
                 declared.extend(
                     ["caller", "varargs", "kwargs", "__cj_pos", "__cj_kw"].map(String::from),
                 );
                 self.inner_stmts(body, Frame::Function, &declared)?;
-                self.in_macro -= 1;
                 self.tag(0, "endmacro");
             }
             Stmt::CallBlock {
@@ -335,7 +347,9 @@ impl Emitter {
                 body,
                 line,
             } => {
-                let (sig, prologue) = self.with_soft(false, |e| e.signature(params, false))?;
+                let (mut sig, mut prologue) =
+                    self.with_soft(false, |e| e.signature(params, false))?;
+                extra_params(body, &mut sig, &mut prologue, true);
                 let call = self.expr(call)?;
                 let call = call
                     .strip_prefix('(')
@@ -344,11 +358,9 @@ impl Emitter {
                     .to_string();
                 self.tag(*line, &format!("call({sig}) {call}"));
                 self.out.push_str(&prologue);
-                self.in_macro += 1;
                 let mut declared: Vec<String> = params.iter().map(|p| p.0.clone()).collect();
                 declared.extend(["caller", "varargs", "kwargs"].map(String::from));
                 self.inner_stmts(body, Frame::Function, &declared)?;
-                self.in_macro -= 1;
                 self.tag(0, "endcall");
             }
             Stmt::FilterBlock(filter, body, line) => {
@@ -476,7 +488,7 @@ impl Emitter {
             }
             return Err(format!("No filter named '{name}'."));
         }
-        if args.args.is_empty() && args.kwargs.is_empty() && !args.dynamic {
+        if args.args.is_empty() && args.kwargs.is_empty() && !args.dynamic() {
             Ok(name.to_string())
         } else {
             Ok(format!("{name}({})", self.args(args)?))
@@ -484,8 +496,8 @@ impl Emitter {
     }
 
     fn args(&mut self, args: &Args) -> Result<String, String> {
-        if args.dynamic {
-            return Err("*args and **kwargs in calls are not supported".into());
+        if args.dynamic() {
+            return Err("*args and **kwargs in filter and test calls are not supported".into());
         }
         let mut parts = Vec::new();
         for a in &args.args {
@@ -512,9 +524,6 @@ impl Emitter {
             Expr::Name(n) => {
                 if n == "strftime_now" {
                     self.reads_clock = true;
-                }
-                if self.in_macro > 0 && (n == "varargs" || n == "kwargs") {
-                    return Err(format!("macros reading '{n}' are not supported"));
                 }
                 n.clone()
             }
@@ -618,6 +627,27 @@ impl Emitter {
                 }
             }
             Expr::Slice(..) => return Err("a slice outside of a subscript".into()),
+            Expr::Call(func, args) if self.python_call(func, args) => {
+                // `__cj_call(callee, method, star, dstar, *args, **kwargs)`
+                let (callee, method) = match func.as_ref() {
+                    Expr::Getattr(obj, name) => (self.expr(obj)?, quote(name)),
+                    other => (self.expr(other)?, "none".to_string()),
+                };
+                let mut parts = vec![callee, method];
+                for operand in [&args.dyn_args, &args.dyn_kwargs] {
+                    parts.push(match operand {
+                        Some(x) => self.expr(x)?,
+                        None => "none".into(),
+                    });
+                }
+                for a in &args.args {
+                    parts.push(self.expr(a)?);
+                }
+                for (k, v) in &args.kwargs {
+                    parts.push(format!("{k}={}", self.expr(v)?));
+                }
+                format!("__cj_call({})", parts.join(", "))
+            }
             Expr::Call(func, args) => {
                 let f = match func.as_ref() {
                     Expr::Getattr(obj, name) => format!("{}.{name}", self.atom(obj)?),
@@ -662,13 +692,25 @@ impl Emitter {
                     }
                     return Err(format!("No test named '{name}'."));
                 }
-                if args.args.is_empty() && args.kwargs.is_empty() && !args.dynamic {
+                if args.args.is_empty() && args.kwargs.is_empty() && !args.dynamic() {
                     format!("({b} is {name})")
                 } else {
                     format!("({b} is {name}({}))", self.args(args)?)
                 }
             }
         })
+    }
+
+    /// Whether a call needs Python's binding rules ([`super::calls`]): `*args`/`**kwargs`, a
+    /// macro taking `varargs`/`kwargs`, or a callee that may be a macro held in a value.
+    fn python_call(&self, func: &Expr, args: &Args) -> bool {
+        args.dynamic()
+            || match func {
+                // `caller` may be a call block taking `varargs`/`kwargs`.
+                Expr::Name(n) => n == "caller" || self.varargs_macros.contains(n),
+                Expr::Getattr(..) => false,
+                _ => true,
+            }
     }
 
     fn list(&mut self, items: &[Expr]) -> Result<String, String> {
@@ -701,6 +743,34 @@ impl Emitter {
             parts.push(self.expr(b)?);
         }
         Ok(format!("({a}|__cj_compare({}))", parts.join(", ")))
+    }
+}
+
+/// jinja2 gives a macro or call block a `varargs` tuple and a `kwargs` dict when its body reads
+/// them, taking extra positional and keyword arguments: add the hidden parameters `__cj_call`
+/// fills ([`super::calls`]) to the signature `sig` (with `__cj_pos`/`__cj_kw`, by which it
+/// recognises the template's own, when `positions`), and bind the names first in `prologue`.
+fn extra_params(body: &[Stmt], sig: &mut String, prologue: &mut String, positions: bool) {
+    let mut reads = Vec::new();
+    all_reads(body, &mut reads);
+    let (varargs, kwargs) = (reads.contains(&"varargs"), reads.contains(&"kwargs"));
+    if positions && (varargs || kwargs) {
+        sig.push_str(if sig.is_empty() { "" } else { ", " });
+        sig.push_str("__cj_pos=none, __cj_kw=none");
+    }
+    if varargs {
+        sig.push_str(", __cj_va=none");
+        prologue.insert_str(
+            0,
+            "{% set varargs = (__cj_va if __cj_va is not none else ([]|__cj_tuple)) %}",
+        );
+    }
+    if kwargs {
+        sig.push_str(", __cj_kwa=none");
+        prologue.insert_str(
+            0,
+            "{% set kwargs = (__cj_kwa if __cj_kwa is not none else dict()) %}",
+        );
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! transformers runs templates with jinja2's `ImmutableSandboxedEnvironment(trim_blocks=True,
 //! lstrip_blocks=True)`, the `{% generation %}` and loop-control extensions, the globals
-//! `raise_exception`, `strftime_now`, `dict` and `namespace`, and its own `tojson`. This module
+//! `raise_exception`, `strftime_now`, `dict` and `namespace` (jinja2's `range`, `joiner`, `cycler`,
+//! `lipsum` and `self` too: [`globals`]), and its own `tojson`. This module
 //! reproduces that on the MiniJinja engine:
 //!
 //! * [`lexer`] and [`parser`] are jinja2's (same whitespace control, precedence, literals);
@@ -17,9 +18,11 @@
 //! widths, `groupby`, ...) is an error, never a different string.
 
 mod args;
+mod calls;
 mod emit;
 mod filters;
 mod format;
+mod globals;
 mod lexer;
 mod methods;
 mod ops;
@@ -310,6 +313,8 @@ fn new_environment() -> Environment<'static> {
     env.add_function("range", range);
     env.add_global("dict", Value::from_object(DictFn));
     env.add_function("namespace", namespace);
+    env.add_function("__cj_call", calls::call);
+    globals::register(&mut env);
     env
 }
 

@@ -43,8 +43,26 @@ pub enum BinOp {
 pub struct Args {
     pub args: Vec<Expr>,
     pub kwargs: Vec<(String, Expr)>,
-    /// `*args` / `**kwargs` (jinja2 has them; the emitter rejects them).
-    pub dynamic: bool,
+    /// `*expr`: more positional arguments, from an iterable.
+    pub dyn_args: Option<Box<Expr>>,
+    /// `**expr`: more keyword arguments, from a mapping.
+    pub dyn_kwargs: Option<Box<Expr>>,
+}
+
+impl Args {
+    /// Whether the call has `*args` or `**kwargs`.
+    pub fn dynamic(&self) -> bool {
+        self.dyn_args.is_some() || self.dyn_kwargs.is_some()
+    }
+
+    /// Every argument expression, in source order of kinds (positional, keyword, `*`, `**`).
+    pub fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        self.args
+            .iter()
+            .chain(self.kwargs.iter().map(|(_, x)| x))
+            .chain(self.dyn_args.as_deref())
+            .chain(self.dyn_kwargs.as_deref())
+    }
 }
 
 /// An expression node.
@@ -157,20 +175,10 @@ impl Expr {
                 .chain(ops.iter().map(|(_, x)| x))
                 .collect(),
             Expr::Slice(a, b, c) => [a, b, c].into_iter().flatten().map(|x| &**x).collect(),
-            Expr::Call(f, args) => std::iter::once(&**f)
-                .chain(args.args.iter())
-                .chain(args.kwargs.iter().map(|(_, x)| x))
-                .collect(),
-            Expr::Filter(f, _, args) => f
-                .iter()
-                .map(|x| &**x)
-                .chain(args.args.iter())
-                .chain(args.kwargs.iter().map(|(_, x)| x))
-                .collect(),
-            Expr::Test(f, _, args) => std::iter::once(&**f)
-                .chain(args.args.iter())
-                .chain(args.kwargs.iter().map(|(_, x)| x))
-                .collect(),
+            Expr::Call(f, args) | Expr::Test(f, _, args) => {
+                std::iter::once(&**f).chain(args.exprs()).collect()
+            }
+            Expr::Filter(f, _, args) => f.iter().map(|x| &**x).chain(args.exprs()).collect(),
         }
     }
 
@@ -1032,7 +1040,6 @@ impl Parser {
     fn parse_call_args(&mut self) -> PResult<Args> {
         self.expect_op("(")?;
         let mut out = Args::default();
-        let (mut dyn_args, mut dyn_kwargs) = (false, false);
         let mut require_comma = false;
         while !self.is_op(")") {
             if require_comma {
@@ -1042,28 +1049,26 @@ impl Parser {
                 }
             }
             if self.skip_op("*") {
-                if dyn_args || dyn_kwargs {
+                if out.dynamic() {
                     return self.fail("invalid syntax for function call expression");
                 }
-                dyn_args = true;
-                self.parse_expression(true)?;
+                out.dyn_args = Some(Box::new(self.parse_expression(true)?));
             } else if self.skip_op("**") {
-                if dyn_kwargs {
+                if out.dyn_kwargs.is_some() {
                     return self.fail("invalid syntax for function call expression");
                 }
-                dyn_kwargs = true;
-                self.parse_expression(true)?;
+                out.dyn_kwargs = Some(Box::new(self.parse_expression(true)?));
             } else if let (Some(Tok::Name(key)), Some(Tok::Op("="))) =
                 (self.cur().cloned(), self.look())
             {
-                if dyn_kwargs {
+                if out.dyn_kwargs.is_some() {
                     return self.fail("invalid syntax for function call expression");
                 }
                 self.pos += 2;
                 let value = self.parse_expression(true)?;
                 out.kwargs.push((key, value));
             } else {
-                if dyn_args || dyn_kwargs || !out.kwargs.is_empty() {
+                if out.dynamic() || !out.kwargs.is_empty() {
                     return self.fail("invalid syntax for function call expression");
                 }
                 out.args.push(self.parse_expression(true)?);
@@ -1071,7 +1076,6 @@ impl Parser {
             require_comma = true;
         }
         self.expect_op(")")?;
-        out.dynamic = dyn_args || dyn_kwargs;
         Ok(out)
     }
 

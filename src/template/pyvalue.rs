@@ -519,6 +519,9 @@ fn write_py(v: &Value, out: &mut String, repr: bool, depth: usize) -> Result<(),
                 let _ = write!(out, "range({}, {}, {})", r.start, r.stop, r.step);
             }
         }
+        Kind::Other if super::globals::is_template_reference(v) => {
+            out.push_str("<TemplateReference None>")
+        }
         Kind::Iter | Kind::Method | Kind::Other => return Err(unprintable(v)),
     }
     Ok(())

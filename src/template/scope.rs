@@ -35,6 +35,104 @@ pub fn collect_macros(stmts: &[Stmt], out: &mut Vec<String>) {
     }
 }
 
+/// Every name read anywhere in `stmts`, inner frames included (jinja2's `find_undeclared`,
+/// which decides whether a macro takes `varargs`, `kwargs` and `caller`).
+pub fn all_reads<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a str>) {
+    for s in stmts {
+        match s {
+            Stmt::Output(exprs, _) => exprs.iter().for_each(|e| e.names(out)),
+            Stmt::Set(_, e, _) => e.names(out),
+            Stmt::SetBlock(_, f, body, _) => {
+                if let Some(f) = f {
+                    f.names(out);
+                }
+                all_reads(body, out);
+            }
+            Stmt::If { branches, else_ } => {
+                for (test, body, _) in branches {
+                    test.names(out);
+                    all_reads(body, out);
+                }
+                all_reads(else_, out);
+            }
+            Stmt::For {
+                iter,
+                filter,
+                body,
+                else_,
+                ..
+            } => {
+                iter.names(out);
+                if let Some(f) = filter {
+                    f.names(out);
+                }
+                all_reads(body, out);
+                all_reads(else_, out);
+            }
+            Stmt::Macro { params, body, .. } => {
+                params.iter().flat_map(|p| &p.1).for_each(|d| d.names(out));
+                all_reads(body, out);
+            }
+            Stmt::CallBlock {
+                params, call, body, ..
+            } => {
+                params.iter().flat_map(|p| &p.1).for_each(|d| d.names(out));
+                call.names(out);
+                all_reads(body, out);
+            }
+            Stmt::FilterBlock(f, body, _) => {
+                f.names(out);
+                all_reads(body, out);
+            }
+            Stmt::With(assignments, body, _) => {
+                assignments.iter().for_each(|(_, v)| v.names(out));
+                all_reads(body, out);
+            }
+            Stmt::Generation(body, _) => all_reads(body, out),
+            // jinja2's visitor skips blocks.
+            Stmt::Block(..)
+            | Stmt::Data(_)
+            | Stmt::Break(_)
+            | Stmt::Continue(_)
+            | Stmt::Fail(..) => {}
+        }
+    }
+}
+
+/// The template's macros whose body reads `varargs` or `kwargs` (so that they take extra
+/// positional or keyword arguments).
+pub fn collect_varargs_macros(stmts: &[Stmt], out: &mut Vec<String>) {
+    for s in stmts {
+        match s {
+            Stmt::Macro { name, body, .. } => {
+                let mut reads = Vec::new();
+                all_reads(body, &mut reads);
+                if reads.iter().any(|n| matches!(*n, "varargs" | "kwargs")) {
+                    out.push(name.clone());
+                }
+                collect_varargs_macros(body, out);
+            }
+            Stmt::For { body, else_, .. } => {
+                collect_varargs_macros(body, out);
+                collect_varargs_macros(else_, out);
+            }
+            Stmt::If { branches, else_ } => {
+                branches
+                    .iter()
+                    .for_each(|b| collect_varargs_macros(&b.1, out));
+                collect_varargs_macros(else_, out);
+            }
+            Stmt::SetBlock(_, _, body, _)
+            | Stmt::CallBlock { body, .. }
+            | Stmt::FilterBlock(_, body, _)
+            | Stmt::With(_, body, _)
+            | Stmt::Block(_, body, _)
+            | Stmt::Generation(body, _) => collect_varargs_macros(body, out),
+            _ => {}
+        }
+    }
+}
+
 /// Every name the frame of `stmts` refers to at its own level (not inside inner frames).
 pub fn level_refs(stmts: &[Stmt]) -> Vec<&str> {
     let mut out = Vec::new();
