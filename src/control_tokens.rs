@@ -295,7 +295,11 @@ mod tests {
     fn malformed_tags_with_multibyte_text_do_not_panic() {
         // An unclosed tag (`tojson}` without `%`) before full-width characters, and a
         // backslash right before a multi-byte character inside a string.
-        for t in ["{% set x = y | tojson} <｜User｜>{{ '｜' }}", "{{ '\\｜' }}<｜A｜>", "{% '\\"] {
+        for t in [
+            "{% set x = y | tojson} <｜User｜>{{ '｜' }}",
+            "{{ '\\｜' }}<｜A｜>",
+            "{% '\\",
+        ] {
             let _ = template_literals(t);
         }
     }

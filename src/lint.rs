@@ -177,7 +177,10 @@ fn rendering_findings(
             ));
         }
     }
-    if !messages.iter().any(|m| matches!(m.content, Some(Content::Parts(_)))) {
+    if !messages
+        .iter()
+        .any(|m| matches!(m.content, Some(Content::Parts(_))))
+    {
         return;
     }
     let Ok(rendered) = encoder.render(messages, options) else {

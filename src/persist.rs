@@ -121,7 +121,11 @@ pub(crate) struct CheckpointState {
 impl CheckpointState {
     fn into_encoder(self, tokenizer: Tokenizer) -> Result<Encoder> {
         let (format, allow_external) = (self.format.clone(), self.allow_external);
-        Encoder::from_checkpoint_with(self.to_checkpoint(tokenizer), format.as_deref(), allow_external)
+        Encoder::from_checkpoint_with(
+            self.to_checkpoint(tokenizer),
+            format.as_deref(),
+            allow_external,
+        )
     }
 
     /// The checkpoint again, with `tokenizer`.

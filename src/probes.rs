@@ -124,7 +124,9 @@ pub(crate) fn from_json(value: serde_json::Value) -> Message {
             parts
                 .iter()
                 .map(|p| match (p["type"].as_str(), p.get("text")) {
-                    (Some("text"), Some(serde_json::Value::String(t))) => ContentPart::Text(t.clone()),
+                    (Some("text"), Some(serde_json::Value::String(t))) => {
+                        ContentPart::Text(t.clone())
+                    }
                     (kind, _) => ContentPart::Other {
                         kind: kind.unwrap_or_default().to_string(),
                     },
@@ -136,9 +138,7 @@ pub(crate) fn from_json(value: serde_json::Value) -> Message {
     let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
         .iter()
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
-    let tool_calls = map
-        .get("tool_calls")
-        .map(|t| t.as_array().map(Vec::len));
+    let tool_calls = map.get("tool_calls").map(|t| t.as_array().map(Vec::len));
     Message {
         role,
         content,
@@ -164,12 +164,18 @@ fn conversations() -> Vec<(&'static str, Vec<Message>, TemplateArgs)> {
         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]});
     let result = serde_json::json!({"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "18 C, sunny"});
     let mut with_tools = TemplateArgs::new();
-    with_tools.insert("tools".into(), TemplateValue::Json(serde_json::json!([tool])));
+    with_tools.insert(
+        "tools".into(),
+        TemplateValue::Json(serde_json::json!([tool])),
+    );
     vec![
         plain("one user turn", vec![text("user", "Hello!")]),
         plain(
             "system and user",
-            vec![text("system", "You are terse."), text("user", "Name a prime.")],
+            vec![
+                text("system", "You are terse."),
+                text("user", "Name a prime."),
+            ],
         ),
         plain(
             "two user turns",
@@ -192,22 +198,39 @@ fn conversations() -> Vec<(&'static str, Vec<Message>, TemplateArgs)> {
                 text("user", "g"),
             ],
         ),
-        plain("ends with the assistant", vec![text("user", "2+2?"), text("assistant", "4")]),
+        plain(
+            "ends with the assistant",
+            vec![text("user", "2+2?"), text("assistant", "4")],
+        ),
         plain(
             "system, ends with the assistant",
-            vec![text("system", "Be exact."), text("user", "2+2?"), text("assistant", "4")],
+            vec![
+                text("system", "Be exact."),
+                text("user", "2+2?"),
+                text("assistant", "4"),
+            ],
         ),
         plain(
             "consecutive user turns",
-            vec![text("user", "First question."), text("user", "Second question.")],
+            vec![
+                text("user", "First question."),
+                text("user", "Second question."),
+            ],
         ),
         plain(
             "starts with the assistant",
-            vec![text("assistant", "How can I help?"), text("user", "Say hi.")],
+            vec![
+                text("assistant", "How can I help?"),
+                text("user", "Say hi."),
+            ],
         ),
         plain(
             "an unusual role",
-            vec![text("user", "Hi"), text("observer", "Noted by the observer."), text("user", "Go on.")],
+            vec![
+                text("user", "Hi"),
+                text("observer", "Noted by the observer."),
+                text("user", "Go on."),
+            ],
         ),
         plain(
             "whitespace",
@@ -219,13 +242,19 @@ fn conversations() -> Vec<(&'static str, Vec<Message>, TemplateArgs)> {
         ),
         plain(
             "multi-line system",
-            vec![text("system", "Line one.\n\nLine two.  "), text("user", "x")],
+            vec![
+                text("system", "Line one.\n\nLine two.  "),
+                text("user", "x"),
+            ],
         ),
         plain("unicode", vec![text("user", "Grüße, 你好 🙂 — ok\u{200b}")]),
         plain("empty user content", vec![text("user", "")]),
         plain(
             "template-like content",
-            vec![text("user", "{{ not jinja }} {% raw %} <b>html</b> [INST] <<SYS>>")],
+            vec![text(
+                "user",
+                "{{ not jinja }} {% raw %} <b>html</b> [INST] <<SYS>>",
+            )],
         ),
         plain(
             "reasoning",
@@ -249,23 +278,44 @@ fn conversations() -> Vec<(&'static str, Vec<Message>, TemplateArgs)> {
         plain(
             "content as text parts",
             vec![
-                parts("system", serde_json::json!([{"type": "text", "text": "You are terse."}])),
-                parts("user", serde_json::json!([{"type": "text", "text": "Hello!"}])),
-                parts("assistant", serde_json::json!([{"type": "text", "text": "Hi there."}])),
-                parts("user", serde_json::json!([{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}])),
+                parts(
+                    "system",
+                    serde_json::json!([{"type": "text", "text": "You are terse."}]),
+                ),
+                parts(
+                    "user",
+                    serde_json::json!([{"type": "text", "text": "Hello!"}]),
+                ),
+                parts(
+                    "assistant",
+                    serde_json::json!([{"type": "text", "text": "Hi there."}]),
+                ),
+                parts(
+                    "user",
+                    serde_json::json!([{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}]),
+                ),
             ],
         ),
         plain(
             "an image part",
-            vec![parts("user", serde_json::json!([{"type": "image"}, {"type": "text", "text": "What is in this image?"}]))],
+            vec![parts(
+                "user",
+                serde_json::json!([{"type": "image"}, {"type": "text", "text": "What is in this image?"}]),
+            )],
         ),
         plain(
             "a video part",
-            vec![parts("user", serde_json::json!([{"type": "video"}, {"type": "text", "text": "What happens here?"}]))],
+            vec![parts(
+                "user",
+                serde_json::json!([{"type": "video"}, {"type": "text", "text": "What happens here?"}]),
+            )],
         ),
         plain(
             "a message without content",
-            vec![text("user", "Hi"), from_json(serde_json::json!({"role": "assistant", "reasoning_content": "hmm"}))],
+            vec![
+                text("user", "Hi"),
+                from_json(serde_json::json!({"role": "assistant", "reasoning_content": "hmm"})),
+            ],
         ),
         (
             "tools, a call and its result",
@@ -277,10 +327,18 @@ fn conversations() -> Vec<(&'static str, Vec<Message>, TemplateArgs)> {
             ],
             with_tools.clone(),
         ),
-        ("tools offered", vec![text("user", "Weather in Paris?")], with_tools),
+        (
+            "tools offered",
+            vec![text("user", "Weather in Paris?")],
+            with_tools,
+        ),
         plain(
             "a call and its result without tools",
-            vec![text("user", "Weather in Paris?"), from_json(call), from_json(result)],
+            vec![
+                text("user", "Weather in Paris?"),
+                from_json(call),
+                from_json(result),
+            ],
         ),
     ]
 }
@@ -311,7 +369,10 @@ fn feature_kwargs(
             continue;
         }
         let values = match kind {
-            ArgKind::Str => vec![TemplateValue::Str("01 Jan 2030".into()), TemplateValue::Str(String::new())],
+            ArgKind::Str => vec![
+                TemplateValue::Str("01 Jan 2030".into()),
+                TemplateValue::Str(String::new()),
+            ],
             ArgKind::Bool => vec![TemplateValue::Bool(false), TemplateValue::Bool(true)],
         };
         for value in values {
@@ -363,7 +424,9 @@ fn render_native(format: &dyn ChatFormat, probe: &Probe) -> Result<String, Templ
         now: Some(probe.now),
     };
     let mut pieces = Pieces::new();
-    format.render(&request, &mut pieces).map(|()| pieces.render())
+    format
+        .render(&request, &mut pieces)
+        .map(|()| pieces.render())
 }
 
 fn render_template(template: &JinjaFormat, probe: &Probe) -> Result<String, String> {
@@ -484,7 +547,9 @@ pub fn check(format: &dyn ChatFormat, template: &JinjaFormat) -> ProbeReport {
                 report.delegated.push((probe.name, e.to_string()));
                 continue;
             }
-            (Err(e), Ok(b)) if e.refusal == Refusal::Dropped && drops(template, &probe, e.message, b) => {
+            (Err(e), Ok(b))
+                if e.refusal == Refusal::Dropped && drops(template, &probe, e.message, b) =>
+            {
                 report.refused.push((probe.name, e.to_string()));
                 continue;
             }

@@ -339,7 +339,8 @@ fn special_tokens_map(config: &Value) -> Vec<(String, String)> {
     }
     if let Some(all) = config.as_object() {
         for (k, v) in all {
-            if k.ends_with("_token") && !SPECIAL_TOKEN_NAMES.contains(&k.as_str()) && v.is_string() {
+            if k.ends_with("_token") && !SPECIAL_TOKEN_NAMES.contains(&k.as_str()) && v.is_string()
+            {
                 push(k, v, &mut out);
             }
         }

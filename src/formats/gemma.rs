@@ -99,8 +99,11 @@ impl Gemma {
                 }
             }
             None => {
-                return Err(TemplateError::at(i, "format gemma-3 does not model a message without 'content'")
-                    .with(Refusal::Unmodeled))
+                return Err(TemplateError::at(
+                    i,
+                    "format gemma-3 does not model a message without 'content'",
+                )
+                .with(Refusal::Unmodeled))
             }
         }
         Ok(())

@@ -101,8 +101,12 @@ impl Llama3 {
         let messages = request.messages;
         rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
         let date = match self.variant {
-            Llama3Variant::Llama32 => rules::clock_value(request, "date_string", "%d %b %Y", true, self.name())?,
-            _ => std::borrow::Cow::Borrowed(rules::str_kwarg(request.kwargs, "date_string")?.unwrap_or("26 Jul 2024")),
+            Llama3Variant::Llama32 => {
+                rules::clock_value(request, "date_string", "%d %b %Y", true, self.name())?
+            }
+            _ => std::borrow::Cow::Borrowed(
+                rules::str_kwarg(request.kwargs, "date_string")?.unwrap_or("26 Jul 2024"),
+            ),
         };
         out.token(&self.bos);
         let (system, first) = if messages[0].role == "system" {
@@ -128,7 +132,10 @@ impl Llama3 {
             if role == "tool" || role == "ipython" {
                 return Err(TemplateError::at(
                     i,
-                    format!("format {} does not model {role:?} messages (tool results)", self.name()),
+                    format!(
+                        "format {} does not model {role:?} messages (tool results)",
+                        self.name()
+                    ),
                 )
                 .with(Refusal::Unmodeled));
             }
@@ -144,7 +151,6 @@ impl Llama3 {
         }
         Ok(())
     }
-
 }
 
 impl ChatFormat for Llama3 {

@@ -117,8 +117,11 @@ impl Mistral {
             rules::no_tool_calls(messages, i, name)?;
             let role = messages[i].role.as_str();
             if self.variant != MistralVariant::V1 && (role == "tool" || role == "tool_results") {
-                return Err(TemplateError::at(i, format!("format {name} does not model 'tool' messages"))
-                    .with(Refusal::Unmodeled));
+                return Err(TemplateError::at(
+                    i,
+                    format!("format {name} does not model 'tool' messages"),
+                )
+                .with(Refusal::Unmodeled));
             }
         }
         rules::alternation(messages, first, ALTERNATION)?;
@@ -211,7 +214,9 @@ impl Mistral {
         for i in 0..messages.len() {
             rules::no_tool_calls(messages, i, name)?;
             if !matches!(messages[i].role.as_str(), "user" | "system" | "assistant") {
-                return Err(TemplateError::at(i, ONLY_USER_SYSTEM_ASSISTANT).with(Refusal::TemplateRaises));
+                return Err(
+                    TemplateError::at(i, ONLY_USER_SYSTEM_ASSISTANT).with(Refusal::TemplateRaises)
+                );
             }
             rules::text(messages, i, name)?;
         }

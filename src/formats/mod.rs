@@ -406,8 +406,11 @@ pub(crate) mod rules {
     ) -> Result<&'m str, TemplateError> {
         match &messages[i].content {
             Some(Content::Text(s)) => Ok(s),
-            None => Err(TemplateError::at(i, format!("format {format} does not model a message without 'content'"))
-                .with(Refusal::Unmodeled)),
+            None => Err(TemplateError::at(
+                i,
+                format!("format {format} does not model a message without 'content'"),
+            )
+            .with(Refusal::Unmodeled)),
             Some(Content::Parts(_)) => Err(TemplateError::at(
                 i,
                 format!("format {format} does not model a list of content parts"),
@@ -447,7 +450,11 @@ pub(crate) mod rules {
                 let accepted = if allowed.is_empty() {
                     "none".to_string()
                 } else {
-                    allowed.iter().map(|(a, _)| *a).collect::<Vec<_>>().join(", ")
+                    allowed
+                        .iter()
+                        .map(|(a, _)| *a)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 };
                 return Err(TemplateError::whole(format!(
                     "format {format} does not model the template argument {name:?} (it models: {accepted})"
@@ -508,8 +515,10 @@ pub(crate) mod rules {
     ) -> Result<(), TemplateError> {
         for (k, m) in messages.iter().enumerate().skip(offset) {
             if (m.role == "user") != ((k - offset) % 2 == 0) {
-                return Err(TemplateError::at(k, format!("{rule} (the template raises)"))
-                    .with(Refusal::TemplateRaises));
+                return Err(
+                    TemplateError::at(k, format!("{rule} (the template raises)"))
+                        .with(Refusal::TemplateRaises),
+                );
             }
         }
         Ok(())

@@ -581,9 +581,7 @@ impl PyEncoder {
         allow_external: bool,
         unknown_template_args: &str,
     ) -> PyResult<Self> {
-        let unknown_template_args = unknown_template_args
-            .parse()
-            .map_err(to_py_err)?;
+        let unknown_template_args = unknown_template_args.parse().map_err(to_py_err)?;
         let encoder = py.detach(|| {
             guarded(|| {
                 let reference = reference.as_deref().map(Route::parse).transpose()?;
@@ -606,9 +604,15 @@ impl PyEncoder {
 
     /// The same tokenizer with another chat template (the text encoders are shared).
     #[pyo3(signature = (template, format=None))]
-    fn with_chat_template(&self, py: Python<'_>, template: String, format: Option<String>) -> PyResult<Self> {
+    fn with_chat_template(
+        &self,
+        py: Python<'_>,
+        template: String,
+        format: Option<String>,
+    ) -> PyResult<Self> {
         let inner = Arc::clone(&self.inner);
-        let encoder = py.detach(|| guarded(|| inner.with_chat_template(&template, format.as_deref())))?;
+        let encoder =
+            py.detach(|| guarded(|| inner.with_chat_template(&template, format.as_deref())))?;
         Ok(PyEncoder {
             inner: Arc::new(encoder),
         })

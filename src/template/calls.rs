@@ -30,7 +30,13 @@ pub fn call(state: &State, args: &[Value]) -> Result<Value, Error> {
     if !star.is_none() {
         if !matches!(
             kind(star),
-            Kind::List | Kind::Tuple | Kind::Str | Kind::Dict | Kind::View | Kind::Range | Kind::Iter
+            Kind::List
+                | Kind::Tuple
+                | Kind::Str
+                | Kind::Dict
+                | Kind::View
+                | Kind::Range
+                | Kind::Iter
         ) {
             return Err(err(format!(
                 "Value after * must be an iterable, not {}",

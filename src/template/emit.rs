@@ -18,8 +18,8 @@ use super::methods::is_method_name;
 use super::parser::{Args, BinOp, CmpOp, Const, Expr, Stmt, Target};
 use super::predicates::{TEST_NAMES, UNSUPPORTED_TESTS};
 use super::scope::{
-    all_reads, collect_macros, collect_varargs_macros, has_loop_control, level_refs,
-    loop_declared, loop_names, stored_first,
+    all_reads, collect_macros, collect_varargs_macros, has_loop_control, level_refs, loop_declared,
+    loop_names, stored_first,
 };
 
 /// The result of translating a template.

@@ -106,7 +106,8 @@ impl Object for Cycler {
             "next" | "__next__" => {
                 bind(method, args, &[], false)?;
                 let i = self.pos.load(Ordering::Relaxed);
-                self.pos.store((i + 1) % self.items.len(), Ordering::Relaxed);
+                self.pos
+                    .store((i + 1) % self.items.len(), Ordering::Relaxed);
                 Ok(self.items[i].clone())
             }
             "reset" => {

@@ -212,7 +212,8 @@ fn reads(stmts: &[Stmt], name: &str) -> bool {
         names.contains(&name)
     }
     fn args(a: &[(String, Option<Expr>)], name: &str) -> bool {
-        a.iter().any(|(_, d)| d.as_ref().is_some_and(|d| expr(d, name)))
+        a.iter()
+            .any(|(_, d)| d.as_ref().is_some_and(|d| expr(d, name)))
     }
     stmts.iter().any(|s| match s {
         Stmt::Data(_) | Stmt::Break(_) | Stmt::Continue(_) | Stmt::Fail(..) | Stmt::Block(..) => {
@@ -474,10 +475,25 @@ mod tests {
         // Values from jinja2 3.1.6's meta.find_undeclared_variables.
         assert_eq!(vars("{{ a }}{% set b = 1 %}{{ b }}"), ["a"]);
         assert_eq!(vars("{% if x %}{% set y = 1 %}{% endif %}"), ["x", "y"]);
-        assert_eq!(vars("{% for m in messages %}{{ m.role }}{{ loop.index }}{% endfor %}"), ["messages"]);
-        assert_eq!(vars("{% for m in messages %}{{ z }}{% endfor %}{% set z = 1 %}"), ["messages"]);
-        assert_eq!(vars("{% macro f(a, b=c) %}{{ a }}{{ d }}{{ caller() }}{% endmacro %}"), ["c", "d"]);
-        assert_eq!(vars("{{ range(3) }}{{ raise_exception('x') }}{{ self }}"), Vec::<String>::new());
-        assert_eq!(vars("{% set ns = namespace(a=1) %}{% set ns.a = q %}"), ["q"]);
+        assert_eq!(
+            vars("{% for m in messages %}{{ m.role }}{{ loop.index }}{% endfor %}"),
+            ["messages"]
+        );
+        assert_eq!(
+            vars("{% for m in messages %}{{ z }}{% endfor %}{% set z = 1 %}"),
+            ["messages"]
+        );
+        assert_eq!(
+            vars("{% macro f(a, b=c) %}{{ a }}{{ d }}{{ caller() }}{% endmacro %}"),
+            ["c", "d"]
+        );
+        assert_eq!(
+            vars("{{ range(3) }}{{ raise_exception('x') }}{{ self }}"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            vars("{% set ns = namespace(a=1) %}{% set ns.a = q %}"),
+            ["q"]
+        );
     }
 }
