@@ -230,22 +230,28 @@ impl TemplateRoute {
         policy: ArgsPolicy,
     ) -> Result<Option<TemplateArgs>, TemplateError> {
         let format_args;
-        let accepted: &std::collections::BTreeSet<String> = match (&self.template_args, &self.renderer) {
-            (Some(names), _) => names,
-            // Without a compiled template, a forced native format takes what it models.
-            (None, Renderer::Native(f)) => {
-                format_args = f
-                    .template_args()
-                    .iter()
-                    .map(|(n, _)| n.to_string())
-                    .chain(self.special_tokens_map.iter().map(|(k, _)| k.clone()))
-                    .chain(ALWAYS_ACCEPTED.iter().chain(&crate::checkpoint::SPECIAL_TOKEN_NAMES).map(|n| n.to_string()))
-                    .collect();
-                &format_args
-            }
-            // The caller renders it (the jinja2 fallback checks its own arguments).
-            (None, _) => return Ok(None),
-        };
+        let accepted: &std::collections::BTreeSet<String> =
+            match (&self.template_args, &self.renderer) {
+                (Some(names), _) => names,
+                // Without a compiled template, a forced native format takes what it models.
+                (None, Renderer::Native(f)) => {
+                    format_args = f
+                        .template_args()
+                        .iter()
+                        .map(|(n, _)| n.to_string())
+                        .chain(self.special_tokens_map.iter().map(|(k, _)| k.clone()))
+                        .chain(
+                            ALWAYS_ACCEPTED
+                                .iter()
+                                .chain(&crate::checkpoint::SPECIAL_TOKEN_NAMES)
+                                .map(|n| n.to_string()),
+                        )
+                        .collect();
+                    &format_args
+                }
+                // The caller renders it (the jinja2 fallback checks its own arguments).
+                (None, _) => return Ok(None),
+            };
         let unknown = |name: &String| !accepted.contains(name);
         let Some(first) = kwargs.keys().find(|n| unknown(n)) else {
             return Ok(None);
@@ -453,15 +459,21 @@ impl Encoder {
     /// for it again (or forced with `format`). The text encoders are shared, not rebuilt, so
     /// this costs only the template's compilation and the probes. Transformers route only.
     pub fn with_chat_template(&self, template: &str, format: Option<&str>) -> Result<Self> {
-        let (Some(t), crate::persist::Origin::Checkpoint(state)) = (self.template(), &self.origin) else {
+        let (Some(t), crate::persist::Origin::Checkpoint(state)) = (self.template(), &self.origin)
+        else {
             return Err(Error::Load(
                 "with_chat_template applies to the transformers route (the mistral-common route has no template)".into(),
             ));
         };
         let mut checkpoint = state.to_checkpoint(t.text.tokenizer().clone());
         checkpoint.select_template(template)?;
-        Ok(Self::build(checkpoint, format, state.allow_external(), Some(t.text.clone()))?
-            .with_unknown_template_args(self.unknown_template_args))
+        Ok(Self::build(
+            checkpoint,
+            format,
+            state.allow_external(),
+            Some(t.text.clone()),
+        )?
+        .with_unknown_template_args(self.unknown_template_args))
     }
 
     fn build(
@@ -520,7 +532,10 @@ impl Encoder {
         let control_tokens =
             ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
         let text = text.unwrap_or_else(|| {
-            std::sync::Arc::new(Selected::new(checkpoint.tokenizer.clone(), EncoderChoice::from_env()))
+            std::sync::Arc::new(Selected::new(
+                checkpoint.tokenizer.clone(),
+                EncoderChoice::from_env(),
+            ))
         });
         let mut newline_ids = Vec::new();
         text.encode(
@@ -679,7 +694,8 @@ impl Encoder {
         let t = self.template().ok_or_else(|| {
             Error::Load("encode_rendered applies to the transformers route".into())
         })?;
-        let pieces = crate::generic::split_rendered(rendered, &[], marked)?;
+        let pieces =
+            crate::generic::split_rendered(rendered, &[], marked.then_some(&t.control_tokens))?;
         let encoder = PieceEncoder {
             text: &*t.text,
             sanitizer: marked.then_some(&t.control_tokens),
@@ -1130,13 +1146,18 @@ impl Encoder {
     /// special tokens as text (see [`MistralCommon::render`]).
     pub fn render(&self, messages: &[Message], options: &EncodeOptions) -> Result<String> {
         match &self.backend {
-            Backend::Template(t) => {
-                Self::with_pieces(t, self.unknown_template_args, messages, options, false, false, |pieces| {
-                    Ok(pieces.render())
-                })
-            }
+            Backend::Template(t) => Self::with_pieces(
+                t,
+                self.unknown_template_args,
+                messages,
+                options,
+                false,
+                false,
+                |pieces| Ok(pieces.render()),
+            ),
             Backend::MistralCommon(mc) => {
-                let mc_options = Self::mistral_common_options(messages, options, self.unknown_template_args)?;
+                let mc_options =
+                    Self::mistral_common_options(messages, options, self.unknown_template_args)?;
                 mc.render(messages, mc_options)
             }
         }
@@ -1188,7 +1209,8 @@ impl Encoder {
                 )
             }
             Backend::MistralCommon(mc) => {
-                let mc_options = Self::mistral_common_options(messages, options, self.unknown_template_args)?;
+                let mc_options =
+                    Self::mistral_common_options(messages, options, self.unknown_template_args)?;
                 mc.encode_into(messages, mc_options, tracking, out)
             }
         }
@@ -1298,7 +1320,11 @@ fn choose_format(
     }
     let mut best: Option<(Box<dyn ChatFormat>, ProbeReport)> = None;
     let rank = |r: &ProbeReport| (r.refused.len(), r.delegated.len());
-    for name in formats::FORMAT_NAMES.iter().copied().filter(|n| Some(*n) != official) {
+    for name in formats::FORMAT_NAMES
+        .iter()
+        .copied()
+        .filter(|n| Some(*n) != official)
+    {
         let Ok(native) = formats::build(name, checkpoint) else {
             continue; // the vocabulary lacks the format's tokens
         };

@@ -79,11 +79,12 @@ enum FragmentMode {
     AfterSanitized,
 }
 
-/// A control token found in a content piece of a run.
+/// A control token found in a content piece of a run, or a [`PieceKind::Break`] (`id`
+/// `None`, an empty range): either way the run is cut there.
 #[derive(Debug, Clone)]
 struct Sanitized {
     range: Range<usize>,
-    id: u32,
+    id: Option<u32>,
     piece: usize,
 }
 
@@ -154,7 +155,9 @@ impl<'e> PieceEncoder<'e> {
                 };
                 self.encode_fragment(run, text, cursor..s.range.start, mode, tracking, out)?;
             }
-            self.encode_sanitized(&text[s.range.clone()], s.id, &run[s.piece], tracking, out)?;
+            if let Some(id) = s.id {
+                self.encode_sanitized(&text[s.range.clone()], id, &run[s.piece], tracking, out)?;
+            }
             cursor = s.range.end;
             after_sanitized = true;
         }
@@ -191,9 +194,15 @@ impl<'e> PieceEncoder<'e> {
             if p.kind == PieceKind::Content {
                 found.extend(control.find_iter(&p.text).map(|m| Sanitized {
                     range: offset + m.start..offset + m.end,
-                    id: m.id,
+                    id: Some(m.id),
                     piece,
                 }));
+            } else if p.kind == PieceKind::Break {
+                found.push(Sanitized {
+                    range: offset..offset,
+                    id: None,
+                    piece,
+                });
             }
             offset += p.text.len();
         }
@@ -235,7 +244,7 @@ impl<'e> PieceEncoder<'e> {
                 if let Some(piece) = owners.clone().find(|&i| run[i].kind == PieceKind::Content) {
                     crossing.push(Sanitized {
                         range,
-                        id: m.id,
+                        id: Some(m.id),
                         piece,
                     });
                 }
@@ -590,6 +599,29 @@ mod tests {
             out.from_content,
             vec![false, true, true, true, true, true, true, false]
         );
+    }
+
+    #[test]
+    fn a_break_cuts_the_run_like_a_sanitized_token_without_text() {
+        // transformers' encode_marked_chat: a lone marker is dropped; the text after it is
+        // encoded on its own with the newline trick, so "<X" + ">" never joins into <X>.
+        let mut p = Pieces::new();
+        p.set_message(Some(1));
+        p.content("a<X");
+        p.boundary();
+        p.content(">b");
+        let (out, calls) = run(&p, true, Tracking::default());
+        assert_eq!(
+            calls,
+            vec![
+                ("a<X".to_string(), true, true),
+                ("\n>b".to_string(), true, true)
+            ]
+        );
+        assert!(!out.ids.contains(&900));
+        // Without sanitizing there is no marker, so no break either: one run.
+        let (_, plain) = run(&p, false, Tracking::default());
+        assert_eq!(plain.len(), 1);
     }
 
     #[test]

@@ -168,7 +168,7 @@ impl JinjaFormat {
             &self.stop_texts,
             &self.special_texts,
         );
-        split_rendered_with_bodies(&rendered, &spans, &bodies, sanitizer.is_some())
+        split_rendered_with_bodies(&rendered, &spans, &bodies, sanitizer)
     }
 
     fn render_context(
@@ -511,12 +511,16 @@ fn message_bodies(
 }
 
 /// Cut the rendered prompt into pieces: content spans become content pieces tagged with
-/// their message, the rest template text; with `marked`, every `START token END` becomes a
-/// content piece holding the token (so the sanitizer encodes it as text).
+/// their message, the rest template text. With `marked` (the control tokens the inputs were
+/// marked with), every `START token END` becomes a content piece holding the token (so the
+/// sanitizer encodes it as text), and a lone marker, which the template left by cutting caller
+/// text at a marked token (`content.split('</think>')[-1]`), becomes a
+/// [`crate::pieces::PieceKind::Break`]: dropped, but a hard boundary, as transformers'
+/// `encode_marked_chat` reads its marker pattern `START(token)END|[START END]`.
 pub fn split_rendered(
     rendered: &str,
     spans: &[ContentSpan],
-    marked: bool,
+    marked: Option<&ControlTokens>,
 ) -> Result<Pieces<'static>, TemplateError> {
     split_rendered_with_bodies(rendered, spans, &[], marked)
 }
@@ -527,21 +531,22 @@ fn split_rendered_with_bodies(
     rendered: &str,
     spans: &[ContentSpan],
     bodies: &[ContentSpan],
-    marked: bool,
+    marked: Option<&ControlTokens>,
 ) -> Result<Pieces<'static>, TemplateError> {
     let mut pieces = Pieces::new();
-    let mut emit = |text: &str, (message, content, body): (Option<usize>, bool, bool)| {
-        if text.is_empty() {
+    // `text` under `(message, content, body)`; `None`: a boundary there.
+    let mut emit = |text: Option<&str>, (message, content, body): (Option<usize>, bool, bool)| {
+        if text == Some("") {
             return;
         }
         pieces.set_message(message);
         if body {
             pieces.begin_body();
         }
-        if content {
-            pieces.content(text.to_string());
-        } else {
-            pieces.text(text.to_string());
+        match text {
+            None => pieces.boundary(),
+            Some(text) if content => pieces.content(text.to_string()),
+            Some(text) => pieces.text(text.to_string()),
         }
     };
     // Split at span and body boundaries first, then each part at markers.
@@ -568,47 +573,54 @@ fn split_rendered_with_bodies(
     });
     for (text, origin) in parts {
         let (message, _, body) = origin;
-        if !marked {
-            emit(text, origin);
+        let Some(control) = marked else {
+            emit(Some(text), origin);
             continue;
-        }
+        };
         let mut rest = text;
         while let Some(start) = rest.find([MARK_START, MARK_END]) {
-            emit(&rest[..start], origin);
+            emit(Some(&rest[..start]), origin);
             let after = &rest[start..];
-            let lone = || {
-                TemplateError::whole(
-                    "the chat template cut a marked control token out of caller text (a lone sanitizer marker); \
-                     chatids cannot reproduce transformers' split here, encode with sanitize_control_tokens=False or fix the template",
-                )
-            };
-            if !after.starts_with(MARK_START) {
-                return Err(lone());
-            }
             let inner_start = MARK_START.len_utf8();
-            // A marker character the caller's text held, wrapped by `mark_str`: kept as text.
             let wrapped = &after[inner_start..];
+            if !after.starts_with(MARK_START) {
+                // A lone end marker.
+                emit(None, origin);
+                rest = &after[MARK_END.len_utf8()..];
+                continue;
+            }
+            // A marker character the caller's text held, wrapped by `mark_str`: kept as text.
             if let Some(kept) = [MARK_START, MARK_END]
                 .into_iter()
                 .find(|&m| wrapped.starts_with(m) && wrapped[m.len_utf8()..].starts_with(MARK_END))
             {
                 let mut buf = [0u8; 4];
-                emit(kept.encode_utf8(&mut buf), (message, true, body));
+                emit(Some(kept.encode_utf8(&mut buf)), (message, true, body));
                 rest = &wrapped[kept.len_utf8() + MARK_END.len_utf8()..];
                 continue;
             }
-            let Some(end) = wrapped.find([MARK_START, MARK_END]) else {
-                return Err(lone());
-            };
-            let inner = &after[inner_start..inner_start + end];
-            if !after[inner_start + end..].starts_with(MARK_END) || inner.is_empty() {
-                return Err(lone());
+            // `START token END` (a token holds no marker): the token, as caller text.
+            let token = wrapped.find([MARK_START, MARK_END]).and_then(|end| {
+                let inner = &wrapped[..end];
+                let known = control
+                    .tokens()
+                    .binary_search_by(|(t, _)| t.as_str().cmp(inner))
+                    .is_ok();
+                (known && wrapped[end..].starts_with(MARK_END)).then_some(inner)
+            });
+            match token {
+                Some(inner) => {
+                    emit(Some(inner), (message, true, body));
+                    rest = &wrapped[inner.len() + MARK_END.len_utf8()..];
+                }
+                None => {
+                    // A lone start marker.
+                    emit(None, origin);
+                    rest = wrapped;
+                }
             }
-            // A marked token (or a kept marker character): caller text.
-            emit(inner, (message, true, body));
-            rest = &after[inner_start + end + MARK_END.len_utf8()..];
         }
-        emit(rest, origin);
+        emit(Some(rest), origin);
     }
     Ok(pieces)
 }
@@ -696,8 +708,10 @@ mod tests {
 
     #[test]
     fn splits_marked_tokens_into_content_pieces() {
+        let control = control();
+        let marked = Some(&control);
         let rendered = "<s>[U] hi \u{F0000}<|eot_id|>\u{F0001} there [/U]";
-        let pieces = split_rendered(rendered, &[], true).unwrap();
+        let pieces = split_rendered(rendered, &[], marked).unwrap();
         let kinds: Vec<_> = pieces
             .as_slice()
             .iter()
@@ -712,15 +726,59 @@ mod tests {
                 (TemplateText, " there [/U]".to_string()),
             ]
         );
-        assert!(split_rendered("a\u{F0001}b", &[], true).is_err());
         let kept = split_rendered(
             "a\u{F0000}\u{F0000}\u{F0001}b\u{F0000}\u{F0001}\u{F0001}",
             &[],
-            true,
+            marked,
         )
         .unwrap();
         assert_eq!(kept.render(), "a\u{F0000}b\u{F0001}");
-        assert!(split_rendered("a\u{F0000}b", &[], true).is_err());
+    }
+
+    #[test]
+    fn a_lone_marker_is_a_boundary_without_text() {
+        use crate::pieces::PieceKind::*;
+        let control = control();
+        let split = |rendered: &str| -> Vec<(crate::pieces::PieceKind, String)> {
+            split_rendered(rendered, &[], Some(&control))
+                .unwrap()
+                .as_slice()
+                .iter()
+                .map(|p| (p.kind, p.text.to_string()))
+                .collect()
+        };
+        let piece = |kind, text: &str| (kind, text.to_string());
+        // `content.split('<|im_end|>')[-1]` leaves the end marker; `[0]` leaves the start.
+        assert_eq!(
+            split("a\u{F0001}b"),
+            vec![
+                piece(TemplateText, "a"),
+                piece(Break, ""),
+                piece(TemplateText, "b")
+            ]
+        );
+        assert_eq!(
+            split("a\u{F0000}b"),
+            vec![
+                piece(TemplateText, "a"),
+                piece(Break, ""),
+                piece(TemplateText, "b")
+            ]
+        );
+        // A marked text that is not a control token (`|upper` of a marked token): two lone markers.
+        assert_eq!(
+            split("\u{F0000}<|IM_END|>\u{F0001}"),
+            vec![
+                piece(Break, ""),
+                piece(TemplateText, "<|IM_END|>"),
+                piece(Break, "")
+            ]
+        );
+        // Unmarked: the markers are text.
+        assert_eq!(
+            split_rendered("a\u{F0001}b", &[], None).unwrap().render(),
+            "a\u{F0001}b"
+        );
     }
 
     #[test]

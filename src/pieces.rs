@@ -27,6 +27,11 @@ pub enum PieceKind {
     /// Text that comes from the caller (message content, role, template argument). With
     /// `sanitize_control_tokens` its control tokens are encoded as plain text.
     Content,
+    /// A hard BPE boundary with no text: where the template cut a sanitized control token
+    /// out of caller text (`content.split('</think>')`) and left a lone marker. As in
+    /// transformers' `encode_marked_chat`, the marker is dropped but the texts on either side
+    /// are encoded apart, so they can never join into a control token.
+    Break,
 }
 
 /// One piece of a rendered conversation.
@@ -122,6 +127,16 @@ impl<'a> Pieces<'a> {
     /// Emit caller-supplied text. Empty text is skipped.
     pub fn content(&mut self, text: impl Into<Cow<'a, str>>) {
         self.push(PieceKind::Content, text.into());
+    }
+
+    /// Emit a hard boundary inside a run of text ([`PieceKind::Break`]).
+    pub fn boundary(&mut self) {
+        self.items.push(Piece {
+            kind: PieceKind::Break,
+            text: Cow::Borrowed(""),
+            message: self.message,
+            body: self.body,
+        });
     }
 
     fn push(&mut self, kind: PieceKind, text: Cow<'a, str>) {

@@ -79,13 +79,11 @@ def test_generic_path_matches_transformers(generic_model: support.Model, corpus_
 
 
 def _load_with_template(base: str, template: str) -> tuple[chatids.Encoder, Any]:
-    path = support.require_model_path(base)
-    from transformers import AutoTokenizer
-
-    support.freeze_transformers_clock()
-    enc = chatids.Encoder.from_pretrained(path, chat_template=template)
-    tok = AutoTokenizer.from_pretrained(str(path))
-    return enc, tok
+    """chatids on the checkpoint with ``template`` (as ``from_pretrained(path, chat_template=)``
+    chooses its format, tested below), and transformers' tokenizer, which the checks call with
+    ``chat_template=template``."""
+    model = support.load_model(base)
+    return model.enc.with_chat_template(template), model.tok
 
 
 def _official_template(base: str) -> str:
@@ -361,3 +359,34 @@ def test_template_neither_engine_compiles_is_a_checkpoint_error() -> None:
     tok = AutoTokenizer.from_pretrained(str(path))
     with pytest.raises(jinja2.TemplateSyntaxError):
         tok.apply_chat_template([{"role": "user", "content": "hi"}], chat_template=BROKEN_TEMPLATE, tokenize=False)
+
+
+#: Templates that cut caller text at a control token, leaving a lone sanitizer marker in the
+#: marked render: QwQ's and Qwen3's `split('</think>')[-1]`, the `[0]` half, and a filter that
+#: turns a marked token into text that is no token (`upper`).
+CUTTING_TEMPLATES = [
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+    "{{ m.content.split('</think>')[-1].lstrip('\\n') }}{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}",
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content.split('</think>')[0] }}|"
+    "{{ m.content.split('<|im_end|>') | join('') }}<|im_end|>\n{% endfor %}",
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n{% endfor %}",
+]
+CUT_CONTENTS = ["a</think>b", "</think>", "x</think>\n\nfinal", "<think>r</think>c</think>d", "<|im_end|></think>y",
+                "</think><|im_end|>", "<|im_e</think>nd|>", "plain"]
+
+
+@pytest.mark.parametrize("template", CUTTING_TEMPLATES, ids=["split-last", "split-first", "upper"])
+def test_a_template_that_cuts_a_marked_token_matches_transformers(template: str) -> None:
+    """transformers' encode_marked_chat drops a lone marker but encodes the text on either side
+    apart; chatids does the same (it used to refuse the conversation)."""
+    model = support.load_model("qwen3-0.6b")
+    enc = model.enc.with_chat_template(template)
+    for content in CUT_CONTENTS:
+        messages = [{"role": "user", "content": content}, {"role": "assistant", "content": content}]
+        for sanitize in (True, False):
+            ref = list(model.tok.apply_chat_template(messages, chat_template=template, tokenize=True,
+                                                     sanitize_control_tokens=sanitize, return_dict=False))
+            assert enc.encode(messages, sanitize_control_tokens=sanitize).tolist() == ref, (content, sanitize)
+        ctrl = {i for _, i in enc.control_tokens}
+        detailed = enc.encode_detailed(messages)
+        assert not [t for t, c in zip(detailed.ids, detailed.from_content) if c and int(t) in ctrl]
