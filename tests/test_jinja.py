@@ -444,6 +444,20 @@ SNIPPETS = [
     "{{ '42'.zfill(5) }} {{ '-42'.zfill(5) }} {{ 'ab'.center(7, '*') }} {{ 'ab'.ljust(4, '.') }}|{{ 'ab'.rjust(4) }}",
     "{{ 'a=b=c'.partition('=') }} {{ 'a=b=c'.rpartition('=') }} {{ 'abc'.partition('x') }} {{ 'prefix_x'.removeprefix('prefix_') }}",
     "{{ '{} and {name}'.format(1, name='x') }} {{ '{0}{0}{{}}'.format('a') }}",
+    # str.format's format-spec mini-language, as templates align tables and number tools.
+    "{{ '{:>5}|{:<5}|{:^7}|{:*^9}|{:.2}|{:5}|{:05}|{:>3}'.format('ab', 'cd', 'ef', 'gh', 'xyz', 'q', 'ab', 'long') }}",
+    "{{ '{:5}|{:05}|{:+d}|{: d}|{:x}|{:#x}|{:#o}|{:#b}|{:X}|{:,}|{:_}|{:_b}|{:08,}|{:-^9}|{:=+6}|{:c}'.format(42, -42, 42, 42, 255, 255, 8, 5, 255, 1234567, -1234567, 255, 1234, 7, 3, 97) }}",
+    "{{ '{:.2f}|{:8.3f}|{:08.2f}|{:+.1f}|{:e}|{:.2E}|{:.1%}|{:,.2f}|{:F}|{:f}|{:.0f}|{:.3e}'.format(3.14159, 2.5, -1.5, 2.0, 12345.678, 0.00012, 0.256, 1234567.891, 1e400, -1e400, 2.5, 0) }}",
+    "{{ '{:,}|{:_}|{:010,.1f}|{:5}|{:<8}|{:=+8}|{:%}|{:08}|{:>6}|{:3}|{:d}'.format(1234.5, 1e16, -1234.5, 1.5, 2.25, 3.5, 1, -2.5, true, false, true) }}",
+    "{{ '{!r}|{!s:>6}|{!r:^9}|{x!r}|{:}'.format('a', 'b', 'c', 4, x=[1, 'y']) }}",
+    "{{ '{:>6}'.format(none) }}",
+    "{{ '{:d}'.format(1.5) }}",
+    "{{ '{:s}'.format(1) }}",
+    "{{ '{:+}'.format('a') }}",
+    "{{ '{:.2}'.format(3) }}",
+    "{{ '{0}{}'.format(1, 2) }}",
+    "{{ '{}{0}'.format(1, 2) }}",
+    "{{ '{!x}'.format(1) }}",
     "{{ '%s is %d' % ('x', 3) }} {{ '%s' % none }} {{ '%(a)s-%(b)r' % {'a': 1, 'b': 'q'} }} {{ '100%%' % () }}",
     "{{ '%5.2f' % 3.14159 }}",
     "{{ s[2:7] }}|{{ s[::-1] }}|{{ s[-3:] }}|{{ lst[::2] }}|{{ lst[-1] }}|{{ lst[5] }}|{{ s[1] }}|{{ lst[1:-1] }}|{{ 'abcdef'[4:1:-2] }}|{{ lst[::-1] }}",
@@ -672,6 +686,9 @@ REFUSED = {
     "{% for v in [1] %}{% block b %}{{ v }}{% endblock %}{% endfor %}": "blocks inside loops",
     "{% for x in [1, 2] %}{% with %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endwith %}{% endfor %}": "break inside a with block",
     "{{ 1234.5 | round(-2) }}": "round with a negative precision",
+    "{{ '{:g}|{:.3}'.format(0.5, 1234.5) }}": "str.format's general float format",
+    "{{ '{0:{1}}'.format(1, 5) }}": "str.format's nested fields",
+    "{{ '{0[a]}'.format({'a': 1}) }}": "str.format's index lookups",
 }
 
 
