@@ -335,7 +335,7 @@ pub fn check_only(data: &[u8], only: Option<&str>) -> bool {
         ),
     }
     // `render` is the unsanitized prompt: it succeeds exactly when unsanitized encoding does
-    // (sanitized encoding may differ where a template acts on marked text, README "Injection").
+    // (sanitized encoding may differ where a template acts on marked text, docs/security.md).
     let unsanitized = EncodeOptions {
         sanitize_control_tokens: false,
         ..options.clone()

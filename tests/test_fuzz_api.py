@@ -17,7 +17,7 @@ with random options. Each input goes through ``encode``, ``encode_detailed``, ``
   holds what ``encode`` gives for the same messages.
 
 CI runs 200 derandomized examples; ``fuzz/fuzz_api.py`` runs the same check with fresh seeds
-for as long as asked (``make fuzz-api``, README "Tests").
+for as long as asked (``make fuzz-api``, CONTRIBUTING.md, "Fuzzing").
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def check_case(case: tuple[str, Any, Any, dict]) -> None:
     outcome(lambda: enc.lint(conversation, agp, **kw), f"{where}: lint")
     assert ok == ok_d == ok_b, f"{where}: encode {ok}, encode_detailed {ok_d}, encode_batch {ok_b}: {ids!r} {detailed!r} {batch!r}"
     # render is the unsanitized prompt: it works exactly when unsanitized encoding does (sanitized
-    # encoding may differ where a template acts on marked text: README, "Injection").
+    # encoding may differ where a template acts on marked text: docs/security.md, "Where chatids differs from transformers on purpose").
     ok_u, _unsanitized = outcome(lambda: enc.encode(conversation, agp, False, **kw), f"{where}: encode unsanitized")
     assert ok_r == ok_u, f"{where}: render ok={ok_r}, unsanitized encode ok={ok_u}"
     if ok:

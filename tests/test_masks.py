@@ -962,7 +962,7 @@ def test_generic_path_user_body_does_not_take_an_empty_assistant_end_of_turn():
     # train_on="all" with train=False on the user message: the user's body (its content and
     # <|eot_id|>) drops out, the <|eot_id|> that closes the empty assistant turn before it stays.
     # (On the generic path the user's header is template text without a message index, so it
-    # stays trained; the native format drops it too: documented in the README.)
+    # stays trained; the native format drops it too: documented in docs/training.md, "What is trained".)
     messages = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": ""},

@@ -40,7 +40,7 @@ ROUTES: dict[str, tuple[str, str, dict]] = {
     "mistral-common-v7-tekken": ("tekken_240911.json", "tekken.json", {"version": "v7"}),
 }
 
-#: Why chatids may refuse a conversation mistral-common accepts (documented in the README):
+#: Why chatids may refuse a conversation mistral-common accepts (documented in docs/mistral-routes.md):
 #: v1 silently drops a tools list (chatids refuses instead), JSON Python parses into something
 #: that is not valid text (lone surrogates) or beyond its own limits, and schema regexes
 #: chatids cannot check the way Python's `re` does.

@@ -77,8 +77,8 @@ def collect(ds: Any) -> dict[int, dict[str, Any]]:
 def check(enc: chatids.Encoder, data: list[dict[str, Any]], got: dict[int, dict[str, Any]], masks: bool) -> None:
     assert sorted(got) == [r["id"] for r in data], "rows vanished"
     # What the workers see: Ray stores the rows in Arrow, which gives every struct (a message,
-    # tool-call arguments) the keys of all rows, None-filled (the README says to store tools and
-    # arguments as JSON text for that reason).
+    # tool-call arguments) the keys of all rows, None-filled (docs/training.md, "Hugging Face
+    # datasets", says to store tools and arguments as JSON text for that reason).
     import pyarrow as pa
 
     data = pa.Table.from_pylist(data).to_pylist()

@@ -1,5 +1,5 @@
 //! libFuzzer entry of the `encode_messages` target; the input format and the invariants are in
-//! fuzz/encode_messages.rs. `make fuzz-encode` (README "Tests").
+//! fuzz/encode_messages.rs. `make fuzz-encode` (CONTRIBUTING.md, "Fuzzing").
 #![no_main]
 
 #[path = "../encode_messages.rs"]

@@ -3,7 +3,7 @@
 //! A difference in ids or token starts is a crash (and libFuzzer keeps the input).
 //!
 //! `CHATIDS_MODELS_DIR=../shared/models RUSTC_BOOTSTRAP=1 cargo fuzz run native_bpe -- -max_total_time=1800`
-//! (from the repository root; README "Tests" has the corpus and the CI run).
+//! (from the repository root; CONTRIBUTING.md, "Fuzzing", has the corpus and the CI run).
 #![no_main]
 
 use std::sync::LazyLock;

@@ -803,7 +803,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--truncation", choices=["error", "drop_oldest_turns", "right"],
         help="what to do past --max-length (default: error, the conversation is rejected)",
     )
-    enc.add_argument("--system", choices=["error", "fold"], help="system message policy (see the README)")
+    enc.add_argument("--system", choices=["error", "fold"], help="system message policy (see docs/verifying.md)")
     enc.add_argument("--merge-consecutive", action="store_true", help="join consecutive same-role messages")
     enc.add_argument("--messages-column", default="messages", help="key/column of the messages (default: messages)")
     enc.add_argument("--tools-column", default="tools", help="key/column of the tools (default: tools)")

@@ -33,7 +33,7 @@ class Finding:
     """One problem :meth:`Encoder.lint` found."""
 
     code: str
-    """A stable code, e.g. ``"system-unsupported"`` (see the README's lint table)."""
+    """A stable code, e.g. ``"system-unsupported"`` (see docs/verifying.md, the lint table)."""
     message: Optional[int]
     """The message it is about, if one."""
     explanation: str
@@ -370,7 +370,7 @@ class Encoder:
         control tokens typed inside content are encoded as plain text; ``False`` parses them
         as transformers' plain ``apply_chat_template`` does, so content can forge turns.
 
-        Training (see the README, "Training"): ``return_assistant_mask=True`` returns an
+        Training (see docs/training.md): ``return_assistant_mask=True`` returns an
         :class:`EncodedChat` with ``assistant_mask`` and ``labels`` too, selected by
         ``train_on`` (``"all_assistant"``, ``"last_assistant"`` or ``"all"``; a message's
         ``train: bool`` key overrides it); a conversation with nothing to train on raises.
@@ -549,7 +549,7 @@ class Encoder:
     ) -> "Session":
         """An append-only :class:`~chatids.Session` starting with ``messages``, rendered with
         these options for its whole life (``tools=``, ``date_string``, ``now``... are fixed when
-        the session starts). See the README, "Serving and agent loops"."""
+        the session starts). See docs/serving.md."""
         from ._session import Session
 
         if self._fallback is not None:
