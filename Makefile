@@ -92,7 +92,7 @@ fuzz-api: develop
 ## first runs PYTEST_FIRST (about half the suite's time), the second every other file;
 ## PYTEST_SHARDS=1 runs one process (use it with a PYTEST_ARGS='-k ...' that selects few files).
 PYTEST_SHARDS ?= 2
-PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py
+PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py tests/test_conformance.py
 test-python: $(BUILD)
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json CHATIDS_CORPUS_REPORT=$(RESULTS)/template-corpus.json \
@@ -101,7 +101,7 @@ test-python: $(BUILD)
 
 bench-quick: $(BUILD)
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
-	$(PY) benches/memory.py --calls 100000 --conversations 5000
+	$(PY) benches/memory.py --calls 50000 --conversations 2500
 
 ## Every conversation of the corpus and many more random cases, on every route and path (about two hours on 2 cores).
 conformance-full: develop

@@ -114,7 +114,7 @@ def leak_check(calls: int) -> dict:
     plain = [r["messages"] for r in rows if not r.get("tools")][:200]
     tooled = [(r["messages"], r["tools"]) for r in rows if r.get("tools")][:50]
     tooled = [(m, t) for m, t in tooled if _encodes(generic, m, tools=t, now=now)][:20]
-    bad = [[{"role": "user", "content": 5}], [{"role": "user"}], "not a list", [{"role": "user", "content": "a\ud800"}]]
+    bad = [[{"role": "user", "content": 5}], [{"content": "no role"}], "not a list", [{"role": "user", "content": "a\ud800"}]]
 
     def session(i: int) -> None:
         m = plain[i % len(plain)]

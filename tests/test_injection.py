@@ -322,7 +322,7 @@ def test_template_text_never_completes_a_token_in_content(name: str) -> None:
     cases = 0
     for token in special[:3]:
         for template, content, split in _joining_templates(token, rng):
-            enc = chatids.Encoder.from_pretrained(model.path, chat_template=template)
+            enc = model.enc.with_chat_template(template)
             ctrl = {i for _, i in enc.control_tokens}
             messages = [{"role": "user", "content": content}]
             plain = model.tok.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=False)

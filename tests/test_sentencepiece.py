@@ -218,7 +218,7 @@ def test_generated_strings(name):
 
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
-EXAMPLES = 2000 if PROFILE == "full" else 200
+EXAMPLES = 2000 if PROFILE == "full" else 100
 
 WHITESPACE = st.sampled_from([" ", "  ", "\t", "\n", "\n\n", "\r\n", "\u3000", "\u00a0", "\u2581", "\x0b",
                               "\x1c", " \n ", "    "])
