@@ -1,4 +1,5 @@
-//! Parallel encoding of many conversations into one flat, columnar batch.
+//! Parallel encoding of many conversations into one flat, columnar batch:
+//! [`Encoder::encode_batch`] and [`Encoder::encode_batch_with`] live here, above the encoder.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -85,9 +86,38 @@ impl BatchItem for std::result::Result<Vec<Message>, TemplateError> {
     }
 }
 
+impl Encoder {
+    /// Encode many conversations in parallel (rayon) into one flat batch of ids; the first
+    /// conversation that cannot be encoded fails the batch. `num_threads`: `None` uses
+    /// `RAYON_NUM_THREADS`, else every core.
+    pub fn encode_batch(
+        &self,
+        conversations: &[Vec<Message>],
+        options: &EncodeOptions,
+        num_threads: Option<usize>,
+    ) -> Result<Batch> {
+        let batch_options = BatchOptions {
+            num_threads,
+            ..Default::default()
+        };
+        encode_batch(self, conversations, options, &batch_options)
+    }
+
+    /// [`Encoder::encode_batch`] with training columns, truncation and error collection
+    /// ([`BatchOptions`]). An `Err` conversation is one the caller found malformed.
+    pub fn encode_batch_with<C: BatchItem>(
+        &self,
+        conversations: &[C],
+        options: &EncodeOptions,
+        batch_options: &BatchOptions,
+    ) -> Result<Batch> {
+        encode_batch(self, conversations, options, batch_options)
+    }
+}
+
 /// Encode `conversations` in parallel; an `Err` item is a conversation the caller already
 /// found malformed (it is raised or collected like any other error).
-pub(crate) fn encode_batch<C: BatchItem>(
+fn encode_batch<C: BatchItem>(
     encoder: &Encoder,
     conversations: &[C],
     options: &EncodeOptions,

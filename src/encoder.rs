@@ -6,21 +6,19 @@
 
 use std::path::Path;
 
-use crate::batch::{self, Batch};
 use crate::checkpoint::Checkpoint;
-use crate::control_tokens::ControlTokens;
+use crate::control_tokens::{ControlTokens, TokenSplitter};
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Error, Refusal, Result, TemplateError};
 use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::generic::{JinjaFormat, JinjaRequest};
 use crate::message::Message;
 use crate::mistral_common::MistralCommon;
-use crate::persist::Origin;
+use crate::origin::Origin;
 use crate::pieces::Pieces;
 use crate::policies;
 use crate::prefill;
 use crate::probes::{self, DifferenceKind, ProbeReport};
-use crate::session::TokenSplitter;
 use crate::template::{ChatTemplate, DateTime};
 use crate::text::{EncoderChoice, Selected, TextEncoder, TextOptions};
 use crate::tools;
@@ -459,8 +457,7 @@ impl Encoder {
     /// for it again (or forced with `format`). The text encoders are shared, not rebuilt, so
     /// this costs only the template's compilation and the probes. Transformers route only.
     pub fn with_chat_template(&self, template: &str, format: Option<&str>) -> Result<Self> {
-        let (Some(t), crate::persist::Origin::Checkpoint(state)) = (self.template(), &self.origin)
-        else {
+        let (Some(t), Origin::Checkpoint(state)) = (self.template(), &self.origin) else {
             return Err(Error::Load(
                 "with_chat_template applies to the transformers route (the mistral-common route has no template)".into(),
             ));
@@ -877,16 +874,6 @@ impl Encoder {
         self.template().map(|t| &*t.text)
     }
 
-    /// Report the silent failures `messages` would meet (see [`crate::lint`]).
-    pub fn lint(
-        &self,
-        messages: &[Message],
-        options: &EncodeOptions,
-        context: crate::lint::LintContext,
-    ) -> Vec<crate::lint::Finding> {
-        crate::lint::lint(self, messages, options, context)
-    }
-
     /// Render `messages` into pieces, with the native format or the generic path (which marks
     /// caller control tokens when `sanitize` is set).
     fn render_pieces<'a>(
@@ -1244,33 +1231,6 @@ impl Encoder {
             |pieces| f(pieces, &encoder, &t.token_splitter),
         )
         .map(Some)
-    }
-
-    /// Encode many conversations in parallel (rayon) into one flat batch of ids; the first
-    /// conversation that cannot be encoded fails the batch. `num_threads`: `None` uses
-    /// `RAYON_NUM_THREADS`, else every core.
-    pub fn encode_batch(
-        &self,
-        conversations: &[Vec<Message>],
-        options: &EncodeOptions,
-        num_threads: Option<usize>,
-    ) -> Result<Batch> {
-        let batch_options = batch::BatchOptions {
-            num_threads,
-            ..Default::default()
-        };
-        batch::encode_batch(self, conversations, options, &batch_options)
-    }
-
-    /// [`Encoder::encode_batch`] with training columns, truncation and error collection
-    /// ([`batch::BatchOptions`]). An `Err` conversation is one the caller found malformed.
-    pub fn encode_batch_with<C: batch::BatchItem>(
-        &self,
-        conversations: &[C],
-        options: &EncodeOptions,
-        batch_options: &batch::BatchOptions,
-    ) -> Result<Batch> {
-        batch::encode_batch(self, conversations, options, batch_options)
     }
 }
 

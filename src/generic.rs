@@ -27,6 +27,17 @@ use crate::message::{Content, ContentPart, Message};
 use crate::pieces::Pieces;
 use crate::template::{ChatTemplate, DateTime, RenderError};
 
+/// The time the probes' (and the generation-prompt detection's) `strftime_now()` returns (any fixed date that is not a template's
+/// hard-coded default).
+pub const PROBE_NOW: DateTime = DateTime {
+    year: 2025,
+    month: 3,
+    day: 14,
+    hour: 9,
+    minute: 26,
+    second: 53,
+};
+
 /// The name [`crate::Encoder::format_name`] reports for the generic path.
 pub const FORMAT_NAME: &str = "jinja";
 /// The name it reports when the template is rendered outside the core (Python's jinja2).
@@ -110,7 +121,7 @@ impl JinjaFormat {
             let request = JinjaRequest {
                 add_generation_prompt,
                 kwargs: &kwargs,
-                now: Some(crate::probes::PROBE_NOW),
+                now: Some(PROBE_NOW),
             };
             self.render(&messages, &request).ok()
         };
@@ -159,6 +170,19 @@ impl JinjaFormat {
                 .unwrap_or_default()
         } else {
             Vec::new()
+        };
+        // A span holding a lone marker is caller text the template cut at a marked token
+        // (`split('</think>')`): its alignment may cover template text between the halves, so
+        // it is dropped (no index rather than a wrong one, and the same ids as without
+        // provenance, which renders no spans).
+        let spans = match sanitizer {
+            Some(control) => spans
+                .into_iter()
+                .filter(|s| {
+                    !marked_parts(&rendered[s.start..s.end], control).any(|p| p == Marked::Lone)
+                })
+                .collect(),
+            None => spans,
         };
         let bodies = message_bodies(
             &rendered,
@@ -577,28 +601,62 @@ fn split_rendered_with_bodies(
             emit(Some(text), origin);
             continue;
         };
-        let mut rest = text;
-        while let Some(start) = rest.find([MARK_START, MARK_END]) {
-            emit(Some(&rest[..start]), origin);
-            let after = &rest[start..];
-            let inner_start = MARK_START.len_utf8();
-            let wrapped = &after[inner_start..];
-            if !after.starts_with(MARK_START) {
-                // A lone end marker.
-                emit(None, origin);
-                rest = &after[MARK_END.len_utf8()..];
-                continue;
+        for part in marked_parts(text, control) {
+            match part {
+                Marked::Text(t) => emit(Some(t), origin),
+                Marked::Caller(t) => emit(Some(t), (message, true, body)),
+                Marked::Lone => emit(None, origin),
             }
-            // A marker character the caller's text held, wrapped by `mark_str`: kept as text.
-            if let Some(kept) = [MARK_START, MARK_END]
-                .into_iter()
-                .find(|&m| wrapped.starts_with(m) && wrapped[m.len_utf8()..].starts_with(MARK_END))
-            {
-                let mut buf = [0u8; 4];
-                emit(Some(kept.encode_utf8(&mut buf)), (message, true, body));
-                rest = &wrapped[kept.len_utf8() + MARK_END.len_utf8()..];
-                continue;
-            }
+        }
+    }
+    Ok(pieces)
+}
+
+/// One part of rendered text that was rendered from marked inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marked<'a> {
+    /// Text as rendered.
+    Text(&'a str),
+    /// A marked control token, or a marker character the caller's text held: caller text.
+    Caller(&'a str),
+    /// A lone marker: the template cut caller text at a marked token.
+    Lone,
+}
+
+/// `text` read as transformers' `encode_marked_chat` reads it (`START(token)END|[START END]`),
+/// plus chatids' kept marker characters (`START marker END`).
+fn marked_parts<'a>(
+    text: &'a str,
+    control: &'a ControlTokens,
+) -> impl Iterator<Item = Marked<'a>> + 'a {
+    let mut rest = text;
+    let mut pending: Option<Marked<'a>> = None;
+    std::iter::from_fn(move || {
+        if let Some(p) = pending.take() {
+            return Some(p);
+        }
+        if rest.is_empty() {
+            return None;
+        }
+        let Some(start) = rest.find([MARK_START, MARK_END]) else {
+            let all = rest;
+            rest = "";
+            return Some(Marked::Text(all));
+        };
+        let before = &rest[..start];
+        let after = &rest[start..];
+        let wrapped = &after[MARK_START.len_utf8()..];
+        let part = if !after.starts_with(MARK_START) {
+            rest = &after[MARK_END.len_utf8()..];
+            Marked::Lone
+        } else if let Some(kept) = [MARK_START, MARK_END]
+            .into_iter()
+            .find(|&m| wrapped.starts_with(m) && wrapped[m.len_utf8()..].starts_with(MARK_END))
+        {
+            let len = kept.len_utf8();
+            rest = &wrapped[len + MARK_END.len_utf8()..];
+            Marked::Caller(&wrapped[..len])
+        } else {
             // `START token END` (a token holds no marker): the token, as caller text.
             let token = wrapped.find([MARK_START, MARK_END]).and_then(|end| {
                 let inner = &wrapped[..end];
@@ -610,19 +668,22 @@ fn split_rendered_with_bodies(
             });
             match token {
                 Some(inner) => {
-                    emit(Some(inner), (message, true, body));
                     rest = &wrapped[inner.len() + MARK_END.len_utf8()..];
+                    Marked::Caller(inner)
                 }
                 None => {
-                    // A lone start marker.
-                    emit(None, origin);
                     rest = wrapped;
+                    Marked::Lone
                 }
             }
+        };
+        if before.is_empty() {
+            Some(part)
+        } else {
+            pending = Some(part);
+            Some(Marked::Text(before))
         }
-        emit(Some(rest), origin);
-    }
-    Ok(pieces)
+    })
 }
 
 #[cfg(test)]

@@ -42,6 +42,7 @@ pub mod generic;
 pub mod lint;
 pub mod message;
 pub mod mistral_common;
+mod origin;
 pub mod packing;
 pub mod persist;
 pub mod pieces;

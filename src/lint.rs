@@ -1,4 +1,5 @@
-//! `lint`: report, without raising, the silent failures a conversation would meet.
+//! `lint`: report, without raising, the silent failures a conversation would meet
+//! ([`Encoder::lint`] lives here, above the encoder).
 //!
 //! Every finding has a stable code, the index of the message it is about (if any) and a
 //! one-line explanation. Codes:
@@ -51,8 +52,20 @@ fn finding(code: &'static str, message: Option<usize>, explanation: impl Into<St
     }
 }
 
+impl Encoder {
+    /// Report the silent failures `messages` would meet (see the [module documentation](self)).
+    pub fn lint(
+        &self,
+        messages: &[Message],
+        options: &EncodeOptions,
+        context: LintContext,
+    ) -> Vec<Finding> {
+        lint(self, messages, options, context)
+    }
+}
+
 /// Lint `messages` for `encoder` with `options`.
-pub fn lint(
+fn lint(
     encoder: &Encoder,
     messages: &[Message],
     options: &EncodeOptions,

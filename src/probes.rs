@@ -26,22 +26,11 @@
 
 use crate::error::{Refusal, TemplateError};
 use crate::formats::{ArgKind, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
-use crate::generic::{JinjaFormat, JinjaRequest};
+use crate::generic::{JinjaFormat, JinjaRequest, PROBE_NOW};
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 use crate::pieces::Pieces;
 use crate::template::DateTime;
 use crate::tools;
-
-/// The time the probes' `strftime_now()` returns (any fixed date that is not a template's
-/// hard-coded default).
-pub const PROBE_NOW: DateTime = DateTime {
-    year: 2025,
-    month: 3,
-    day: 14,
-    hour: 9,
-    minute: 26,
-    second: 53,
-};
 
 /// One probe conversation.
 #[derive(Debug, Clone)]

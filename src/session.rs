@@ -18,9 +18,6 @@
 //! conversation on each append (same results and checks, no speed-up) and do not take
 //! completion ids.
 
-use std::borrow::Cow;
-
-use crate::control_tokens::{AddedTokenInfo, ControlTokens};
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Result, TemplateError};
@@ -58,84 +55,6 @@ pub struct Appended {
     /// Index of the first id that is new or changed: the previous length for a pure append,
     /// less after a re-encode ([`OnRewrite::Reencode`]).
     pub start: usize,
-}
-
-/// Finds the special tokens inside template text that are hard boundaries for the
-/// checkpoint's tokenizer, so a session can resume encoding right after them (the generic path
-/// renders one text piece with the tokens inside; native formats emit most tokens as pieces).
-///
-/// It matches every added token the tokenizer matches in raw text (leftmost-longest, as the
-/// `tokenizers` crate does), and splits only at special ones that take no whitespace from
-/// their neighbours (no `lstrip`/`rstrip`/`single_word`): after such a token the tokenizer
-/// encodes the rest of the text on its own.
-#[derive(Debug, Clone)]
-pub struct TokenSplitter {
-    matcher: ControlTokens,
-    boundaries: Vec<u32>,
-}
-
-impl TokenSplitter {
-    /// The splitter of a tokenizer with these added tokens.
-    pub fn new(added: &[AddedTokenInfo]) -> Self {
-        let raw: Vec<&AddedTokenInfo> = added
-            .iter()
-            .filter(|t| !t.normalized || t.special)
-            .collect();
-        let mut boundaries: Vec<u32> = raw
-            .iter()
-            .filter(|t| t.special && !t.lstrip && !t.rstrip && !t.single_word)
-            .map(|t| t.id)
-            .collect();
-        boundaries.sort_unstable();
-        TokenSplitter {
-            matcher: ControlTokens::new(raw.iter().map(|t| (t.content.clone(), t.id)).collect()),
-            boundaries,
-        }
-    }
-
-    /// `pieces` with each boundary token inside template text made a token piece of its own.
-    pub fn split<'a>(&self, pieces: &[Piece<'a>]) -> Vec<Piece<'a>> {
-        let mut out = Vec::with_capacity(pieces.len());
-        for piece in pieces {
-            if piece.kind != PieceKind::TemplateText {
-                out.push(piece.clone());
-                continue;
-            }
-            let mut cursor = 0;
-            let part = |range: std::ops::Range<usize>| -> Cow<'a, str> {
-                match &piece.text {
-                    Cow::Borrowed(s) => Cow::Borrowed(&s[range]),
-                    Cow::Owned(s) => Cow::Owned(s[range].to_string()),
-                }
-            };
-            for hit in self.matcher.find_iter(&piece.text) {
-                if self.boundaries.binary_search(&hit.id).is_err() {
-                    continue;
-                }
-                if cursor < hit.start {
-                    out.push(Piece {
-                        text: part(cursor..hit.start),
-                        ..piece.clone_shallow()
-                    });
-                }
-                out.push(Piece {
-                    kind: PieceKind::Token(hit.id),
-                    text: part(hit.start..hit.end),
-                    ..piece.clone_shallow()
-                });
-                cursor = hit.end;
-            }
-            if cursor == 0 {
-                out.push(piece.clone());
-            } else if cursor < piece.text.len() {
-                out.push(Piece {
-                    text: part(cursor..piece.text.len()),
-                    ..piece.clone_shallow()
-                });
-            }
-        }
-        out
-    }
 }
 
 /// A rendered prompt and how its ids line up with it.
@@ -547,7 +466,7 @@ mod tests {
             }
             let enc = Encoder::from_dir(&path, None).unwrap();
             let options = EncodeOptions {
-                now: Some(crate::probes::PROBE_NOW),
+                now: Some(crate::generic::PROBE_NOW),
                 ..Default::default()
             };
             let full = enc.encode(&messages, &options).unwrap();

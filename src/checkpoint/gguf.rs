@@ -553,23 +553,6 @@ fn pre_tokenizer_split(pre: &str) -> Option<&'static str> {
     })
 }
 
-/// GPT-2's byte -> character table (`bytes_to_unicode`); also the native BPE core's.
-pub(crate) fn bytes_to_unicode() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut n = 0u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[b as usize] = if printable {
-            char::from(b)
-        } else {
-            let c = char::from_u32(256 + n).expect("valid code point");
-            n += 1;
-            c
-        };
-    }
-    table
-}
-
 struct Built {
     tokenizer: Tokenizer,
     named: NamedTokens,
@@ -703,7 +686,7 @@ fn build_tokenizer(metadata: &Metadata, origin: &str) -> Result<Built> {
     }
 
     // 2. CONTROL tokens as special added tokens, USER_DEFINED ones as plain added tokens.
-    let alphabet = bytes_to_unicode();
+    let alphabet = crate::text::bytes_to_unicode();
     let mut control = Vec::new();
     for (&t, &ty) in tokens.iter().zip(&token_types) {
         let spelled = builder != Builder::ByteLevel || t.chars().all(|c| alphabet.contains(&c));
@@ -892,7 +875,7 @@ fn template_processing(
 
 /// `byte_level_tokenizer`: `GPT2Tokenizer(vocab, merges)` over the byte-level vocabulary.
 fn byte_level(tokens: &[&str], merges: &[&str], origin: &str) -> Result<Tokenizer> {
-    let table = bytes_to_unicode();
+    let table = crate::text::bytes_to_unicode();
     let mut vocab = Vocab::default();
     for (i, t) in tokens.iter().enumerate() {
         let key = if t.chars().all(|c| table.contains(&c)) {

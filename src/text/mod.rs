@@ -22,6 +22,25 @@ pub use native::NativeBpe;
 
 use crate::error::Result;
 
+/// GPT-2's byte -> character table (`bytes_to_unicode`): byte-level vocabularies write byte
+/// `b` as character `table[b]`. The native BPE core decodes with it; the GGUF loader
+/// ([`crate::checkpoint`]) rebuilds byte-level vocabularies with it.
+pub fn bytes_to_unicode() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..=255u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        table[b as usize] = if printable {
+            char::from(b)
+        } else {
+            let c = char::from_u32(256 + n).expect("valid code point");
+            n += 1;
+            c
+        };
+    }
+    table
+}
+
 /// How a piece of text is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TextOptions {

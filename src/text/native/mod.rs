@@ -598,10 +598,7 @@ fn read_model(m: BpeJson, units: Units) -> Result<BpeModel, String> {
     }
     // Byte-level vocabularies write byte b as the character BYTE_CHARS[b]; undo it.
     let mut decode = [u16::MAX; 512];
-    for (b, c) in crate::checkpoint::gguf::bytes_to_unicode()
-        .iter()
-        .enumerate()
-    {
+    for (b, c) in crate::text::bytes_to_unicode().iter().enumerate() {
         decode[*c as usize] = b as u16;
     }
     let to_units = |token: &str| -> Option<Vec<u8>> {
