@@ -63,8 +63,10 @@ typecheck: $(BUILD)
 	cd $(STUBTEST_DIR) && $(abspath $(PY)) -m mypy.stubtest chatids._core
 	$(PY) -m mypy --strict python/chatids
 
+## FUZZ_REPLAY_INPUTS: generated inputs the fuzz replay runs in `cargo test` (fuzz/replay.rs; 600 without make).
+FUZZ_REPLAY_INPUTS ?= 250
 test-rust: fuzz-build
-	cargo test --quiet
+	CHATIDS_FUZZ_REPLAY_INPUTS=$(FUZZ_REPLAY_INPUTS) cargo test --quiet
 
 ## Build the fuzz targets (keeps them compiling; `make fuzz` / `make fuzz-encode` run them; `cargo test`
 ## replays encode_messages' regressions and generated inputs, fuzz/replay.rs).
@@ -92,7 +94,7 @@ fuzz-api: develop
 ## first runs PYTEST_FIRST (about half the suite's time), the second every other file;
 ## PYTEST_SHARDS=1 runs one process (use it with a PYTEST_ARGS='-k ...' that selects few files).
 PYTEST_SHARDS ?= 2
-PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py tests/test_conformance.py
+PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py tests/test_conformance.py tests/test_masks.py tests/test_template_corpus.py tests/test_sentencepiece.py
 test-python: $(BUILD)
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json CHATIDS_CORPUS_REPORT=$(RESULTS)/template-corpus.json \
@@ -103,7 +105,8 @@ bench-quick: $(BUILD)
 	CHATIDS_BENCH_QUICK=1 $(PY) -m pytest benches -q --benchmark-disable
 	$(PY) benches/memory.py --calls 50000 --conversations 2500
 
-## Every conversation of the corpus and many more random cases, on every route and path (about two hours on 2 cores).
+## Every conversation of the corpus and many more random cases, on every route and path, with the GGUF
+## cases and the heavy extremes CI samples out (about two hours on 2 cores).
 conformance-full: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
@@ -111,9 +114,9 @@ conformance-full: develop
 	  $(PY) -m pytest tests/test_conformance.py tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py \
 	  tests/test_properties.py tests/test_mistral_common.py tests/test_sentencepiece.py tests/test_masks.py \
 	  tests/test_session.py tests/test_native_bpe.py tests/test_injection.py tests/test_fuzz_api.py \
-	  tests/test_template_corpus.py tests/test_format_choice.py -q -s
+	  tests/test_template_corpus.py tests/test_format_choice.py tests/test_malformed.py tests/test_gguf.py -q -s
 
-## Only the generic (Jinja) path on every conversation of the corpus, for every shared checkpoint.
+## Only the Jinja path on every conversation of the corpus, for every shared checkpoint.
 conformance-generic: develop
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-generic.json \

@@ -27,7 +27,7 @@ BENCH_MODELS = [
     "llama-2-7b-chat",
     "mistral-nemo-instruct-2407",
     "gemma-3-it",
-    # The generic (Jinja) path: a template no native format covers, and Qwen2.5 forced onto it.
+    # The Jinja path: a template no native format covers, and Qwen2.5 forced onto it.
     "gpt-oss-120b",
     "qwen2.5-7b-instruct:jinja",
 ]

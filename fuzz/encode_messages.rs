@@ -25,7 +25,7 @@ use chatids::formats::SystemPolicy;
 use chatids::message::{Content, ContentPart, Message};
 use serde_json::{json, Map, Value};
 
-/// An encoder, whether it renders from the raw message dicts (the generic path), and the
+/// An encoder, whether it renders from the raw message dicts (the Jinja path), and the
 /// strings its control tokens are made of.
 struct Target {
     name: String,
@@ -34,7 +34,7 @@ struct Target {
     control_strings: Vec<String>,
 }
 
-/// Every shared checkpoint on its default route and on the generic path (`format="jinja"`;
+/// Every shared checkpoint on its default route and on the Jinja path (`format="jinja"`;
 /// the same as the default for checkpoints that have no native format), each loaded the first
 /// time an input picks it (`None`: the directory does not load that way). The list does not
 /// depend on `CHATIDS_FUZZ_MODELS`, so an input always means the same checkpoint.
@@ -81,7 +81,7 @@ fn load(name: &str, format: Option<&str>) -> Option<Target> {
             "{name}{}",
             format.map_or(String::new(), |f| format!(" [{f}]"))
         ),
-        generic: encoder.is_generic(),
+        generic: encoder.is_jinja(),
         encoder,
         control_strings,
     })

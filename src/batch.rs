@@ -53,6 +53,21 @@ pub enum OnError {
     Collect,
 }
 
+impl std::str::FromStr for OnError {
+    type Err = TemplateError;
+
+    /// `"raise"` or `"collect"`.
+    fn from_str(name: &str) -> std::result::Result<Self, TemplateError> {
+        match name {
+            "raise" => Ok(OnError::Raise),
+            "collect" => Ok(OnError::Collect),
+            other => Err(TemplateError::whole(format!(
+                "on_error must be \"raise\" or \"collect\", not {other:?}"
+            ))),
+        }
+    }
+}
+
 /// Options of a batch besides the per-conversation [`EncodeOptions`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchOptions {

@@ -142,7 +142,7 @@ impl ControlTokens {
 }
 
 /// Finds the special tokens inside template text that are hard boundaries for the
-/// checkpoint's tokenizer, so a session can resume encoding right after them (the generic path
+/// checkpoint's tokenizer, so a session can resume encoding right after them (the Jinja path
 /// renders one text piece with the tokens inside; native formats emit most tokens as pieces).
 ///
 /// It matches every added token the tokenizer matches in raw text (leftmost-longest, as the

@@ -11,7 +11,7 @@ use crate::control_tokens::{ControlTokens, TokenSplitter};
 use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Error, Refusal, Result, TemplateError};
 use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
-use crate::generic::{JinjaFormat, JinjaRequest};
+use crate::jinja::{JinjaFormat, JinjaRequest};
 use crate::message::Message;
 use crate::mistral_common::MistralCommon;
 use crate::origin::Origin;
@@ -39,7 +39,7 @@ pub struct EncodeOptions {
     pub system: SystemPolicy,
     /// Join consecutive messages of the same role before rendering (see [`crate::policies`]).
     pub merge_consecutive: bool,
-    /// What the template's `strftime_now()` returns on the generic path (the core never reads
+    /// What the template's `strftime_now()` returns on the Jinja path (the core never reads
     /// the clock; a template that calls it without `now` fails).
     pub now: Option<DateTime>,
     /// Leave the final (assistant) message open so the model continues it: the prompt ends
@@ -107,7 +107,7 @@ impl std::str::FromStr for ArgsPolicy {
 /// How to load a checkpoint (see [`Encoder::load_with`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadOptions<'a> {
-    /// Force a native format by name, or the generic path with `"jinja"`.
+    /// Force a native format by name, or the Jinja path with `"jinja"`.
     pub format: Option<&'a str>,
     /// Choose the route (default: mistral-common when the directory ships its files).
     pub reference: Option<Route>,
@@ -157,9 +157,9 @@ pub enum FormatChoice {
         /// The other native formats probed, and why each was not chosen.
         rejected: Vec<(&'static str, String)>,
     },
-    /// No native format reproduces the template: the generic path renders it. For each native
+    /// No native format reproduces the template: the Jinja path renders it. For each native
     /// format whose tokens the vocabulary has, the first probe where it differs.
-    Generic {
+    Jinja {
         /// `(format, why it was not used)`.
         rejected: Vec<(&'static str, String)>,
     },
@@ -169,8 +169,8 @@ pub enum FormatChoice {
         /// be compiled, so it was not checked).
         report: Option<ProbeReport>,
     },
-    /// The caller asked for the generic path (`format="jinja"`).
-    ExplicitGeneric,
+    /// The caller asked for the Jinja path (`format="jinja"`).
+    ExplicitJinja,
     /// The template cannot be compiled; the caller renders it (see [`Encoder::encode_rendered`]).
     External,
 }
@@ -179,7 +179,7 @@ pub enum FormatChoice {
 enum Renderer {
     /// A native format.
     Native(Box<dyn ChatFormat>),
-    /// The checkpoint's template on the generic path.
+    /// The checkpoint's template on the Jinja path.
     Jinja,
     /// The template cannot be compiled by chatids' engine: the caller renders it (the Python
     /// layer falls back to jinja2) and hands the rendered text to
@@ -209,7 +209,7 @@ struct TemplateRoute {
     template_fingerprint: String,
     /// The native format was verified against the checkpoint's template, which compiles: what
     /// the format does not model (tool conversations, content parts, arguments...) and what it
-    /// refuses as the template's own error goes to that template on the generic path.
+    /// refuses as the template's own error goes to that template on the Jinja path.
     verified: bool,
     /// The template arguments the checkpoint's template reads, plus the names transformers
     /// gives every template (`None`: the template cannot be compiled).
@@ -435,8 +435,8 @@ impl Encoder {
     ///
     /// Without `format`, the checkpoint's template decides: a native format is used only if it
     /// renders every probe conversation exactly as the template does ([`crate::probes`]);
-    /// otherwise the generic path renders the template itself. `format="jinja"` forces the
-    /// generic path; a native format name forces that format (the probes still report whether
+    /// otherwise the Jinja path renders the template itself. `format="jinja"` forces the
+    /// Jinja path; a native format name forces that format (the probes still report whether
     /// it matches, see [`Encoder::explain`]).
     pub fn from_checkpoint(checkpoint: Checkpoint, format: Option<&str>) -> Result<Self> {
         Self::from_checkpoint_with(checkpoint, format, false)
@@ -483,13 +483,13 @@ impl Encoder {
             .map(|t| JinjaFormat::new(t, &checkpoint));
         let official = formats::identify(&checkpoint.chat_template);
         let (renderer, format_choice) = match format {
-            Some(crate::generic::FORMAT_NAME) => {
+            Some(crate::jinja::FORMAT_NAME) => {
                 if let Err(e) = &compiled {
                     return Err(Error::Load(format!(
                         "the chat template cannot be compiled by chatids' Jinja engine: {e}"
                     )));
                 }
-                (Renderer::Jinja, FormatChoice::ExplicitGeneric)
+                (Renderer::Jinja, FormatChoice::ExplicitJinja)
             }
             Some(name) => {
                 let native = formats::build(name, &checkpoint)?;
@@ -652,8 +652,8 @@ impl Encoder {
         match &self.backend {
             Backend::Template(t) => match &t.renderer {
                 Renderer::Native(f) => f.name(),
-                Renderer::Jinja => crate::generic::FORMAT_NAME,
-                Renderer::External { .. } => crate::generic::EXTERNAL_FORMAT_NAME,
+                Renderer::Jinja => crate::jinja::FORMAT_NAME,
+                Renderer::External { .. } => crate::jinja::EXTERNAL_FORMAT_NAME,
             },
             Backend::MistralCommon(mc) => mc.name(),
         }
@@ -685,14 +685,14 @@ impl Encoder {
 
     /// Encode a prompt the caller rendered from the checkpoint's template, as transformers
     /// encodes `apply_chat_template`'s text: added tokens matched; with `marked`, the text was
-    /// rendered from inputs marked as [`crate::generic`] marks them, and every marked control
+    /// rendered from inputs marked as [`crate::jinja`] marks them, and every marked control
     /// token is encoded as plain text. Tokens carry no message index.
     pub fn encode_rendered(&self, rendered: &str, marked: bool) -> Result<Vec<u32>> {
         let t = self.template().ok_or_else(|| {
             Error::Load("encode_rendered applies to the transformers route".into())
         })?;
         let pieces =
-            crate::generic::split_rendered(rendered, &[], marked.then_some(&t.control_tokens))?;
+            crate::jinja::split_rendered(rendered, &[], marked.then_some(&t.control_tokens))?;
         let encoder = PieceEncoder {
             text: &*t.text,
             sanitizer: marked.then_some(&t.control_tokens),
@@ -703,14 +703,14 @@ impl Encoder {
         Ok(out.ids)
     }
 
-    /// Whether the generic path renders the checkpoint's template.
-    pub fn is_generic(&self) -> bool {
+    /// Whether the Jinja path renders the checkpoint's template.
+    pub fn is_jinja(&self) -> bool {
         self.template()
             .is_some_and(|t| matches!(t.renderer, Renderer::Jinja))
     }
 
     /// Whether rendering needs [`EncodeOptions::now`]: the template calls `strftime_now()`
-    /// (on the generic path, or a native format that writes the template's date).
+    /// (on the Jinja path, or a native format that writes the template's date).
     pub fn reads_clock(&self) -> bool {
         self.template().is_some_and(|t| match &t.renderer {
             Renderer::Native(f) => {
@@ -793,9 +793,9 @@ impl Encoder {
                     lines.push(format!("  not {format}: {why}"));
                 }
             }
-            FormatChoice::Generic { rejected } => {
+            FormatChoice::Jinja { rejected } => {
                 lines.push(format!(
-                    "format {name}: the generic path renders the checkpoint's template with chatids' Jinja engine; \
+                    "format {name}: the Jinja path renders the checkpoint's template with chatids' Jinja engine; \
                      no native format reproduces it"
                 ));
                 for (format, why) in rejected {
@@ -826,8 +826,8 @@ impl Encoder {
                     _ => "",
                 }
             )),
-            FormatChoice::ExplicitGeneric => lines.push(format!(
-                "format {name}: the caller asked for the generic path (the checkpoint's template rendered by chatids' Jinja engine)"
+            FormatChoice::ExplicitJinja => lines.push(format!(
+                "format {name}: the caller asked for the Jinja path (the checkpoint's template rendered by chatids' Jinja engine)"
             )),
         }
         if let Some(note) = &t.checkpoint_note {
@@ -874,7 +874,7 @@ impl Encoder {
         self.template().map(|t| &*t.text)
     }
 
-    /// Render `messages` into pieces, with the native format or the generic path (which marks
+    /// Render `messages` into pieces, with the native format or the Jinja path (which marks
     /// caller control tokens when `sanitize` is set).
     fn render_pieces<'a>(
         t: &'a TemplateRoute,
@@ -926,13 +926,13 @@ impl Encoder {
                 let jinja = t
                     .jinja
                     .as_ref()
-                    .expect("the generic path has a compiled template");
+                    .expect("the Jinja path has a compiled template");
                 if options.system != SystemPolicy::Template {
                     return Err(TemplateError::whole(
-                        "system= applies to native formats; the generic path renders the template as it is",
+                        "system= applies to native formats; the Jinja path renders the template as it is",
                     ));
                 }
-                Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
+                Self::jinja_pieces(jinja, t, messages, options, sanitize, provenance)
             }
             Renderer::External { reason } => Err(TemplateError::whole(format!(
                 "chatids' Jinja engine cannot compile this template ({reason}); render it in Python \
@@ -942,7 +942,7 @@ impl Encoder {
     }
 
     /// Render a conversation the native format hands over with the checkpoint's template on
-    /// the generic path (`why`: what makes it the template's).
+    /// the Jinja path (`why`: what makes it the template's).
     fn delegated_pieces<'a>(
         t: &'a TemplateRoute,
         messages: &'a [Message],
@@ -961,11 +961,11 @@ impl Encoder {
                  template renders it as it is"
             )));
         }
-        Self::generic_pieces(jinja, t, messages, options, sanitize, provenance)
+        Self::jinja_pieces(jinja, t, messages, options, sanitize, provenance)
     }
 
-    /// Render `messages` with the checkpoint's template on the generic path.
-    fn generic_pieces<'a>(
+    /// Render `messages` with the checkpoint's template on the Jinja path.
+    fn jinja_pieces<'a>(
         jinja: &'a JinjaFormat,
         t: &'a TemplateRoute,
         messages: &'a [Message],
@@ -1257,7 +1257,7 @@ fn rejection(report: &ProbeReport) -> String {
 /// template it is byte for byte serves if it reproduces it; otherwise every native format
 /// whose tokens the vocabulary has is probed, and of those that reproduce the template the
 /// one with the fewest refusals wins, then the one that hands the fewest probes to the
-/// template, then the first in [`formats::FORMAT_NAMES`]. If none does, the generic path.
+/// template, then the first in [`formats::FORMAT_NAMES`]. If none does, the Jinja path.
 fn choose_format(
     checkpoint: &Checkpoint,
     jinja: &JinjaFormat,
@@ -1311,7 +1311,7 @@ fn choose_format(
                 rejected,
             },
         ),
-        None => (Renderer::Jinja, FormatChoice::Generic { rejected }),
+        None => (Renderer::Jinja, FormatChoice::Jinja { rejected }),
     }
 }
 

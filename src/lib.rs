@@ -38,7 +38,7 @@ pub mod encoder;
 pub mod encoding;
 pub mod error;
 pub mod formats;
-pub mod generic;
+pub mod jinja;
 pub mod lint;
 pub mod message;
 pub mod mistral_common;

@@ -2,7 +2,14 @@
 //!
 //! A [`Message`] mirrors the dict that `apply_chat_template` receives after transformers'
 //! own preprocessing: keys whose value is `None` are absent, and the reasoning aliases
-//! (`reasoning_content`, `thinking`, `reasoning`) are folded into one field.
+//! (`reasoning_content`, `thinking`, `reasoning`) are folded into one field. Template
+//! arguments ([`TemplateArgs`]) and what makes a conversation a tool conversation
+//! ([`uses_tools`], see [`crate::tools`]) are defined here, below every renderer.
+
+use std::collections::BTreeMap;
+
+/// Keyword arguments for the template (`date_string`, `enable_thinking`, ...).
+pub type TemplateArgs = BTreeMap<String, TemplateValue>;
 
 /// One part of a multi-part message content (`[{"type": "text", "text": ...}, ...]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +44,7 @@ pub struct Message {
     /// version of the formats; today every format rejects them explicitly.
     pub tool_calls: Option<Option<usize>>,
     /// The message exactly as the caller passed it (every key, `None` values dropped), when
-    /// the caller provided it. The generic Jinja path renders from this, so templates see
+    /// the caller provided it. The Jinja path renders from this, so templates see
     /// keys the fields above do not model (`tool_call_id`, `name`, tool call arguments...).
     pub raw: Option<std::sync::Arc<serde_json::Map<String, serde_json::Value>>>,
     /// The caller's `train` key: whether a loss mask trains this message's body, overriding
@@ -125,4 +132,29 @@ impl TemplateValue {
             TemplateValue::Json(v) => v.clone(),
         }
     }
+}
+
+/// Template arguments that carry tool or retrieval definitions.
+pub const TOOL_ARGUMENTS: &[&str] = &[
+    "tools",
+    "documents",
+    "builtin_tools",
+    "custom_tools",
+    "tools_in_user_message",
+];
+
+/// Roles of messages that carry tool results (`ipython` is Llama 3.1's name for them).
+pub const TOOL_RESULT_ROLES: &[&str] = &["tool", "ipython"];
+
+/// Whether `message` calls a tool or carries a tool result.
+pub fn is_tool_message(message: &Message) -> bool {
+    message.tool_calls.is_some() || TOOL_RESULT_ROLES.contains(&message.role.as_str())
+}
+
+/// Whether the conversation uses tools: a tool message, or a tool argument that is not `None`.
+pub fn uses_tools(messages: &[Message], kwargs: &TemplateArgs) -> bool {
+    messages.iter().any(is_tool_message)
+        || TOOL_ARGUMENTS
+            .iter()
+            .any(|name| kwargs.get(*name).is_some_and(|v| *v != TemplateValue::None))
 }

@@ -313,9 +313,9 @@ mod tests {
         let enc = Encoder::from_dir(&tmp.0, None).unwrap();
         assert_round_trip(&enc);
         let generic = Encoder::from_dir(&tmp.0, Some("jinja")).unwrap();
-        assert!(generic.is_generic());
+        assert!(generic.is_jinja());
         let back = assert_round_trip(&generic);
-        assert!(back.is_generic());
+        assert!(back.is_jinja());
         // Nothing is read from the directory when loading the state.
         let state = enc.to_bytes().unwrap();
         drop(tmp);

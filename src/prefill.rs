@@ -5,7 +5,7 @@
 //! renders the template, and cuts the prompt where the tag starts; if the template stripped the
 //! tag's trailing space (a template that trims content), it also strips the whitespace before
 //! the cut. chatids does the same on the piece stream of every template-route renderer (native
-//! formats and the generic path), so the text before the cut is encoded exactly as transformers
+//! formats and the Jinja path), so the text before the cut is encoded exactly as transformers
 //! tokenizes its cut prompt, and the template's end-of-turn token after the message is gone.
 
 use std::sync::Arc;

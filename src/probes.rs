@@ -1,6 +1,6 @@
 //! Choosing a native format by behaviour: a native format serves a checkpoint only if it
 //! renders a fixed, varied set of probe conversations exactly as the checkpoint's own
-//! template does (rendered by the Jinja path, [`crate::generic`]).
+//! template does (rendered by the Jinja path, [`crate::jinja`]).
 //!
 //! The probes cover what templates branch on: a system message or none (single, multi-line,
 //! system only), one to four turns, consecutive turns of one role, a conversation that starts
@@ -26,11 +26,10 @@
 
 use crate::error::{Refusal, TemplateError};
 use crate::formats::{ArgKind, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
-use crate::generic::{JinjaFormat, JinjaRequest, PROBE_NOW};
+use crate::jinja::{JinjaFormat, JinjaRequest, PROBE_NOW};
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 use crate::pieces::Pieces;
 use crate::template::DateTime;
-use crate::tools;
 
 /// One probe conversation.
 #[derive(Debug, Clone)]
@@ -520,7 +519,7 @@ pub fn check(format: &dyn ChatFormat, template: &JinjaFormat) -> ProbeReport {
     let mut report = ProbeReport::default();
     for probe in probes(format, template) {
         report.compared += 1;
-        if tools::uses_tools(&probe.messages, &probe.kwargs) {
+        if crate::message::uses_tools(&probe.messages, &probe.kwargs) {
             // The encoder renders every tool conversation with the template.
             report
                 .delegated

@@ -375,7 +375,7 @@ impl Session {
 
 /// Where appending messages can change earlier tokens with this encoder's format (its
 /// template's output for N messages is not a prefix of its output for N+1): one line per
-/// case. Empty: prefix-preserving. `None`: not known (the generic path renders arbitrary
+/// case. Empty: prefix-preserving. `None`: not known (the Jinja path renders arbitrary
 /// templates; a session detects rewrites as they happen).
 pub fn append_rewrites(encoder: &Encoder) -> Option<&'static [&'static str]> {
     const QWEN_TOOLS: &str = "consecutive tool results share one user turn (<tool_response> blocks): append all the results of \
@@ -395,7 +395,7 @@ pub fn append_rewrites(encoder: &Encoder) -> Option<&'static [&'static str]> {
         ],
         "mistral-v3" | "mistral-v3-tekken" => &[MISTRAL_LAST_USER],
         "mistral-common-v2" | "mistral-common-v3" | "mistral-common-v3-tekken" => &[MISTRAL_LAST_USER],
-        crate::generic::FORMAT_NAME | crate::generic::EXTERNAL_FORMAT_NAME => return None,
+        crate::jinja::FORMAT_NAME | crate::jinja::EXTERNAL_FORMAT_NAME => return None,
         _ => &[],
     };
     Some(rewrites)
@@ -443,7 +443,7 @@ mod tests {
     }
 
     /// With the shared checkpoints (`CHATIDS_MODELS_DIR`), appending equals a full encode, on
-    /// a native format and on the generic path, and completion ids are kept.
+    /// a native format and on the Jinja path, and completion ids are kept.
     #[test]
     fn appending_equals_a_full_encode_on_real_checkpoints() {
         let Some(base) = std::env::var_os("CHATIDS_MODELS_DIR") else {
@@ -466,7 +466,7 @@ mod tests {
             }
             let enc = Encoder::from_dir(&path, None).unwrap();
             let options = EncodeOptions {
-                now: Some(crate::generic::PROBE_NOW),
+                now: Some(crate::jinja::PROBE_NOW),
                 ..Default::default()
             };
             let full = enc.encode(&messages, &options).unwrap();

@@ -4,42 +4,18 @@
 //! Native formats render plain conversations. A tool conversation — a non-`None` template
 //! argument in [`TOOL_ARGUMENTS`] (`tools=`...), an assistant message with `tool_calls`, or a
 //! tool result message (role in [`TOOL_RESULT_ROLES`]) — is rendered by the checkpoint's own
-//! template on the generic path ([`crate::generic`]) whenever the native format was verified
+//! template on the Jinja path ([`crate::jinja`]) whenever the native format was verified
 //! against that template: the template is the authority on how a checkpoint writes tool
 //! definitions, calls and results (JSON layout, `Environment: ipython`, call ids, grouping of
-//! results), and the generic path reproduces `apply_chat_template` exactly, tool results and
+//! results), and the Jinja path reproduces `apply_chat_template` exactly, tool results and
 //! arguments sanitized like any content. The mistral-common route encodes tools itself.
 
 use serde_json::Value;
 
 use crate::error::{Refusal, TemplateError};
-use crate::formats::TemplateArgs;
-use crate::message::{Message, TemplateValue};
+use crate::message::Message;
 
-/// Template arguments that carry tool or retrieval definitions.
-pub const TOOL_ARGUMENTS: &[&str] = &[
-    "tools",
-    "documents",
-    "builtin_tools",
-    "custom_tools",
-    "tools_in_user_message",
-];
-
-/// Roles of messages that carry tool results (`ipython` is Llama 3.1's name for them).
-pub const TOOL_RESULT_ROLES: &[&str] = &["tool", "ipython"];
-
-/// Whether `message` calls a tool or carries a tool result.
-pub fn is_tool_message(message: &Message) -> bool {
-    message.tool_calls.is_some() || TOOL_RESULT_ROLES.contains(&message.role.as_str())
-}
-
-/// Whether the conversation uses tools: a tool message, or a tool argument that is not `None`.
-pub fn uses_tools(messages: &[Message], kwargs: &TemplateArgs) -> bool {
-    messages.iter().any(is_tool_message)
-        || TOOL_ARGUMENTS
-            .iter()
-            .any(|name| kwargs.get(*name).is_some_and(|v| *v != TemplateValue::None))
-}
+pub use crate::message::{is_tool_message, uses_tools, TOOL_ARGUMENTS, TOOL_RESULT_ROLES};
 
 /// Refuse what a template silently leaves out of the prompt, which native formats refuse
 /// too: a system message (Mistral v3 and Nemo write it only when the conversation ends with
@@ -229,6 +205,7 @@ pub const TOOL_CALL_STOP_TOKENS: &[&str] = &["<|eom_id|>", "<|call|>"];
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::{TemplateArgs, TemplateValue};
 
     fn with_calls(calls: Value) -> Vec<Message> {
         let mut raw = serde_json::Map::new();

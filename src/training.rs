@@ -103,6 +103,35 @@ pub struct TrainingOptions {
     pub provenance: bool,
 }
 
+impl TrainingOptions {
+    /// The options as callers spell them (`train_on="all_assistant"`, `truncation="right"`):
+    /// no `truncation` means `"error"`, and a truncation policy needs `max_length`.
+    pub fn parse(
+        mask: bool,
+        train_on: &str,
+        max_length: Option<usize>,
+        truncation: Option<&str>,
+        provenance: bool,
+    ) -> std::result::Result<Self, TemplateError> {
+        let truncation = match truncation {
+            None => TruncationPolicy::Error,
+            Some(name) if max_length.is_none() => {
+                return Err(TemplateError::whole(format!(
+                    "truncation={name:?} needs max_length"
+                )))
+            }
+            Some(name) => TruncationPolicy::parse(name)?,
+        };
+        Ok(TrainingOptions {
+            mask,
+            train_on: TrainOn::parse(train_on)?,
+            max_length,
+            truncation,
+            provenance,
+        })
+    }
+}
+
 /// What a truncation policy cut from one conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncated {
@@ -167,7 +196,7 @@ pub fn loss_mask(chat: &EncodedChat, trained: &[bool], train_on: TrainOn) -> Vec
 
 /// Refuse a mask that would silently leave out a message selected for training: every such
 /// message still in `chat` must have body tokens. Native formats and the mistral-common route
-/// mark every body; the generic path cannot locate an assistant turn whose content is empty
+/// mark every body; the Jinja path cannot locate an assistant turn whose content is empty
 /// (tool calls only), and then a mask would not train it.
 fn check_bodies_located(
     chat: &EncodedChat,
@@ -180,7 +209,7 @@ fn check_bodies_located(
             return Err(TemplateError::at(
                 i,
                 "this message is selected for training, but its text cannot be located in the prompt the \
-                 template renders (an assistant turn without content, e.g. tool calls only, on the generic \
+                 template renders (an assistant turn without content, e.g. tool calls only, on the Jinja \
                  path), so a loss mask would leave it out; set its 'train' to False, or use train_on=\"all\"",
             ));
         }
@@ -274,7 +303,7 @@ pub fn encode_for_training(
         if !mask.contains(&1) {
             return Err(nothing_to_train(training.train_on, truncation.is_some()).into());
         }
-        // The template route's generic path may not locate a body; the mistral-common route
+        // The template route's Jinja path may not locate a body; the mistral-common route
         // marks every message it encodes (v2 drops earlier tool calls, as mistral-common does).
         if encoder.route() == crate::encoder::Route::Transformers
             && training.train_on != TrainOn::All

@@ -146,7 +146,7 @@ def _many(n: int) -> list[dict]:
 
 
 #: The encoders the heavy extremes run on: a native format per tokenizer kind (byte-level BPE,
-#: SentencePiece), the generic path, and the mistral-common route.
+#: SentencePiece), the Jinja path, and the mistral-common route.
 HEAVY = "^(llama-3.1-8b-instruct/transformers/llama|llama-2|gpt-oss|mistral-v7/)"
 
 EXTREMES: list[Extreme] = [

@@ -22,7 +22,7 @@ template writes after that token. Per template:
 * Mistral v1, v3, v7 (Large 2411): ``' ' + content (| trim) + eos_token``; Nemo (v3 tekken) and
   Small 2501 (v7 tekken): ``content + eos_token``: everything after ``[/INST]``.
 
-For the generic path only (no native format covers these templates), the same idea:
+For the Jinja path only (no native format covers these templates), the same idea:
 
 * DeepSeek V3: ``content + '<｜end▁of▁sentence｜>'`` after ``<｜Assistant｜>`` (and after
   ``<｜tool▁outputs▁end｜>``, where the template writes no ``<｜Assistant｜>``).
@@ -205,7 +205,7 @@ WRAPS: dict[str, list[Replacement]] = {
             1,
         )
     ],
-    # --- generic path only ---
+    # --- Jinja path only ---
     "deepseek-v3": [
         (
             "{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}",

@@ -38,7 +38,7 @@ MODELS: dict[str, tuple[str, str]] = {
     "mistral-small-24b-instruct-2501": ("mistral-v7-tekken", "mistralai/Mistral-Small-24B-Instruct-2501"),
     "gemma-2-it-on-gemma3-tokenizer": ("gemma", "google/gemma-2-2b-it"),
     "gemma-3-it": ("gemma-3", "google/gemma-3-4b-it"),
-    # No native format reproduces these templates: the generic (Jinja) path serves them.
+    # No native format reproduces these templates: the Jinja path serves them.
     "deepseek-v3": ("jinja", "deepseek-ai/DeepSeek-V3"),
     "gpt-oss-120b": ("jinja", "openai/gpt-oss-120b"),
 }
@@ -131,7 +131,7 @@ def full_conformance() -> bool:
 
 
 #: Conversations per corpus file in sample mode.
-SAMPLE_PER_FILE = 10
+SAMPLE_PER_FILE = 6
 
 
 @functools.lru_cache(maxsize=None)
@@ -155,7 +155,7 @@ class Model:
     path: Path
     enc: chatids.Encoder
     tok: Any  # transformers tokenizer
-    #: Extra arguments for chatids only (the frozen clock on the generic path).
+    #: Extra arguments for chatids only (the frozen clock on the Jinja path).
     ours_extra: dict[str, Any] = field(default_factory=dict)
 
     def kwargs(self) -> dict[str, Any]:
@@ -217,7 +217,7 @@ _LOADED: dict[tuple[str, bool], Model] = {}
 def load_model(name: str, generic: bool = False) -> Model:
     """Load checkpoint ``name`` with chatids and transformers (cached per session).
 
-    ``generic=True`` forces chatids' generic (Jinja) path with the frozen clock.
+    ``generic=True`` forces chatids' Jinja path with the frozen clock.
     """
     key = (name, generic)
     if key not in _LOADED:

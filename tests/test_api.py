@@ -117,7 +117,7 @@ def test_stop_token_ids_follow_the_format_documentation(model):
         "mistral-v7-tekken": ["</s>"],
         "gemma": ["<end_of_turn>", "<eos>"],
         "gemma-3": ["<end_of_turn>", "<eos>"],
-        # The generic path: the config eos_token, generation_config.json, and the tool-call stops
+        # The Jinja path: the config eos_token, generation_config.json, and the tool-call stops
         # the template writes (gpt-oss: <|call|>).
         "jinja": [t for t in ("<|eom_id|>", "<|call|>") if t in model.tok.chat_template],
     }[model.format] + [model.tok.eos_token]

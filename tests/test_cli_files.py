@@ -27,7 +27,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 MODEL = "qwen2.5-7b-instruct"  # native format, no clock; its template renders the tool conversations
-GENERIC = "qwen2.5-7b-instruct"  # forced onto the generic path (format="jinja"); its template renders tools
+GENERIC = "qwen2.5-7b-instruct"  # forced onto the Jinja path (format="jinja"); its template renders tools
 FILES = ["alpaca_gpt4_en_1k.jsonl", "sharegpt_gpt4_zh_1k.jsonl", "glaive_toolcall_en.jsonl", "hh_rlhf_harmless_base_test.jsonl"]
 MALFORMED = '{"messages": [{"role": "user", "content": "cut off'
 NOT_A_CONVERSATION = '{"prompt": "no messages key"}'

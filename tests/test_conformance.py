@@ -5,7 +5,7 @@ For every model directory and corpus file: ``render`` equals ``apply_chat_templa
 on, and ``encode_batch`` equals the same references, for ``add_generation_prompt`` False and
 True. ``CHATIDS_CONFORMANCE=full`` runs every conversation; the default is a fixed sample of
 each file. Conversations with a ``tools`` list are compared with it (``apply_chat_template(...,
-tools=...)``); native formats hand tool conversations to the checkpoint's template (generic path).
+tools=...)``); native formats hand tool conversations to the checkpoint's template (Jinja path).
 """
 
 from __future__ import annotations

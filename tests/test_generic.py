@@ -2,7 +2,7 @@
 path renders everything else, and both are exact against transformers.
 
 * Every shared checkpoint loads by path with the expected path (native format or ``jinja``).
-* The generic path, forced on every shared checkpoint, equals ``apply_chat_template`` (render,
+* The Jinja path, forced on every shared checkpoint, equals ``apply_chat_template`` (render,
   ids with ``sanitize_control_tokens`` off and on, batch) on the corpus, *with* each
   conversation's tools.
 * Modified templates (changed default system prompt, extra whitespace, renamed roles, ...)
@@ -33,7 +33,7 @@ NOW = dt.datetime(*support.FROZEN_NOW)
 
 @pytest.fixture(params=support.MODEL_NAMES)
 def generic_model(request) -> support.Model:
-    """Each shared checkpoint on the forced generic path."""
+    """Each shared checkpoint on the forced Jinja path."""
     return support.load_model(request.param, generic=True)
 
 
@@ -289,7 +289,7 @@ def test_now_reaches_strftime_now() -> None:
 @pytest.mark.parametrize("base", ["qwen2.5-7b-instruct", "meta-llama-3-8b-instruct", "gpt-oss-120b"])
 def test_message_indices_survive_where_content_passes_through(base: str) -> None:
     """Content the template passes through (or trims, as Llama 3's does) keeps its message index;
-    template text carries none on the generic path, except the stop token that ends the
+    template text carries none on the Jinja path, except the stop token that ends the
     message's body (what a loss mask trains with it, see test_masks.py)."""
     template = SMOLLM2 if base == "qwen2.5-7b-instruct" else _official_template(base)
     enc, _ = _load_with_template(base, template)

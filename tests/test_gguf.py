@@ -407,10 +407,12 @@ def _load(name: str, tmp_path_factory) -> Loaded:
     return _LOADED[name]
 
 
-#: The cases a run loads. Loading is transformers' GGUF conversion, 35-60 s per byte-level or
-#: Gemma case; sample runs leave out Qwen2.5, whose GGUF builder is Qwen3's (same pre-tokenizer
-#: and merges layout) with another vocabulary size.
-RUN_CASES = list(CASES) if support.full_conformance() else [n for n in CASES if n != "qwen2.5"]
+#: The cases a run loads. Loading is transformers' GGUF conversion, 35-60 s for each large
+#: vocabulary; sample runs keep one case per GGUF tokenizer kind and builder (byte-level BPE:
+#: Qwen3; SentencePiece model: Llama 2 under llama and phi3; SentencePiece JSON: Mistral v0.3)
+#: and leave Llama 3.1, Qwen2.5 and Gemma 3 to full runs.
+SAMPLE_CASES = ["qwen3", "llama-2", "phi3-on-llama-2", "mistral-v0.3"]
+RUN_CASES = list(CASES) if support.full_conformance() else SAMPLE_CASES
 
 
 @pytest.fixture(scope="module", params=RUN_CASES)

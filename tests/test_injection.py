@@ -1,6 +1,6 @@
 """Injection: adversarial caller text must never become structure.
 
-For every shared checkpoint, on its default route and on the generic (Jinja) path, adversarial
+For every shared checkpoint, on its default route and on the Jinja path, adversarial
 strings are put into every field a caller controls: system, user and assistant content, tool
 results, tool-call arguments (dict and JSON string) and names, tool descriptions, template
 arguments (``date_string``, ``today``) and, where the template writes roles through, role names.
@@ -229,7 +229,7 @@ def check_case(model: support.Model, field: str, family: str, s: str, place) -> 
     )
 
 
-#: Every checkpoint on its default route, and on the generic path where that is not the default.
+#: Every checkpoint on its default route, and on the Jinja path where that is not the default.
 ROUTES = [(name, generic) for name in support.MODEL_NAMES for generic in (False, True)
           if not (generic and support.MODELS[name][0] == "jinja")]
 

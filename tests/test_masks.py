@@ -17,8 +17,8 @@ token, after the ids are equal (the wrapped template renders the same text).
   ``apply_chat_template(sanitize_control_tokens=True)`` first.
 * The generated edge cases (whitespace, Unicode, control tokens in content) on every format.
 * ``encode_batch`` gives the same masks, flat, and ``labels`` follow them.
-* The generic (Jinja) path, forced on every native checkpoint (and DeepSeek V3, gpt-oss): its
-  bodies are derived heuristically (src/generic.rs ``message_bodies``); agreement with the
+* The Jinja path, forced on every native checkpoint (and DeepSeek V3, gpt-oss): its
+  bodies are derived heuristically (src/jinja.rs ``message_bodies``); agreement with the
   wrapped templates is counted, every difference must have a pinned reason
   (:func:`explain_generic_difference`); three chatids bugs it found are regression tests.
 * The mistral-common route: ids equal ``encode_chat_completion``; the mask selects exactly each
@@ -50,7 +50,7 @@ from edge_cases import PLAIN_TEXTS, control_texts, shapes
 
 #: Native-format checkpoints: the ones a wrapped template exists for by the brief.
 NATIVE = [name for name, (fmt, _) in support.MODELS.items() if fmt != "jinja"]
-#: Checkpoints compared on the forced generic path: the natives, plus the generic-only ones
+#: Checkpoints compared on the forced Jinja path: the natives, plus the generic-only ones
 #: that tests/mask_templates.py wraps (DeepSeek V3).
 GENERIC = NATIVE + [name for name, (fmt, _) in support.MODELS.items() if fmt == "jinja" and name in mask_templates.WRAPS]
 #: Conversations per corpus file in sample mode (15 files: ~100 per model).
@@ -69,7 +69,7 @@ class _MaskReport:
     GROUPS = (
         ("native formats vs the wrapped templates", ""),
         ("edge cases, native formats", " (edge cases)"),
-        ("generic (Jinja) path vs the wrapped templates", " [jinja]"),
+        ("Jinja path vs the wrapped templates", " [jinja]"),
         ("mistral-common route (masked runs vs encode_assistant_message)", " (mistral-common route)"),
     )
 
@@ -510,7 +510,7 @@ def test_corpus_masks_match_wrapped_template(name):
     for label, messages in mask_rows():
         counts["conversations"] += 1
         if any(msg.get("tool_calls") or msg.get("role") in ("tool", "ipython") for msg in messages):
-            # Tool conversations are rendered by the checkpoint's template (the generic path);
+            # Tool conversations are rendered by the checkpoint's template (the Jinja path);
             # their masks are compared in test_generic_path_masks_against_wrapped_template.
             counts["tool_conversation"] += 1
             continue
@@ -630,16 +630,16 @@ def test_transformers_refuses_sanitize_with_assistant_mask():
     assert m.tok.decode([i for i, b in zip(ref.ids, ref.mask) if b]) == "<|eot_id|> x<|eot_id|>"
 
 
-# --- the generic (Jinja) path: heuristic bodies against the wrapped templates ---
+# --- the Jinja path: heuristic bodies against the wrapped templates ---
 
 def _has_text(message: dict) -> bool:
     return any(isinstance(message.get(k), str) and message[k] for k in ("content", "reasoning_content", "thinking", "reasoning"))
 
 
 def explain_generic_difference(model: support.Model, messages: list[dict], ref: Reference, ours: list[int]) -> list[str]:
-    """Why the generic path's mask differs from the wrapped template's, per generation span.
+    """Why the Jinja path's mask differs from the wrapped template's, per generation span.
 
-    The generic path derives each body from the rendered text (src/generic.rs
+    The Jinja path derives each body from the rendered text (src/jinja.rs
     ``message_bodies``): from the end of the generation prompt before the message's located
     text (else from the text), through the first stop token after it, else a special token
     right after the text, else the text's end. What follows, each pinned in a test below:
@@ -666,11 +666,11 @@ def explain_generic_difference(model: support.Model, messages: list[dict], ref: 
         message = messages[located[i]] if located[i] >= 0 else {}
         if not message.get("tool_calls"):
             raise AssertionError(
-                f"{model.name}: the generic path trains token {i} {model.tok.convert_ids_to_tokens(ids[i])!r} "
+                f"{model.name}: the Jinja path trains token {i} {model.tok.convert_ids_to_tokens(ids[i])!r} "
                 f"outside every generation span (message {located[i]})"
             )
     if stray:
-        reasons.append("tool-call turn: trained by the generic path, not wrapped in the reference")
+        reasons.append("tool-call turn: trained by the Jinja path, not wrapped in the reference")
     for span, text in zip(ref.spans, ref.span_texts):
         positions = [i for i, bit in enumerate(span) if bit]
         missed = [i for i in positions if not ours[i]]
@@ -689,14 +689,14 @@ def explain_generic_difference(model: support.Model, messages: list[dict], ref: 
         if unexplained:
             i = unexplained[0]
             raise AssertionError(
-                f"{model.name}: the generic path misses token {i} {model.tok.convert_ids_to_tokens(ids[i])!r} "
+                f"{model.name}: the Jinja path misses token {i} {model.tok.convert_ids_to_tokens(ids[i])!r} "
                 f"of the generation span {text[:80]!r} for no documented reason"
             )
     return reasons
 
 
 def provenance_lost(model: support.Model, messages: list[dict]) -> bool:
-    """Whether the generic path located no message text at all (every token has message index
+    """Whether the Jinja path located no message text at all (every token has message index
     -1) although some message has text: then it has no bodies, and the mask is empty."""
     detailed = model.enc.encode_detailed(messages, sanitize_control_tokens=False, **model.ours_kwargs())
     has_text = any(isinstance(x.get("content"), str) and x["content"].strip() for x in messages)
@@ -961,7 +961,7 @@ def test_generic_path_locates_texts_when_an_empty_content_is_tested_for_truth():
 def test_generic_path_user_body_does_not_take_an_empty_assistant_end_of_turn():
     # train_on="all" with train=False on the user message: the user's body (its content and
     # <|eot_id|>) drops out, the <|eot_id|> that closes the empty assistant turn before it stays.
-    # (On the generic path the user's header is template text without a message index, so it
+    # (On the Jinja path the user's header is template text without a message index, so it
     # stays trained; the native format drops it too: documented in docs/training.md, "What is trained".)
     messages = [
         {"role": "user", "content": "hi"},

@@ -228,7 +228,7 @@ def scalar_values() -> list[str]:
     return [
         chr(cp)
         for cp in range(0x110000)
-        if not 0xD800 <= cp <= 0xDFFF and (full or cp < 0x800 or cp % 97 == 0)
+        if not 0xD800 <= cp <= 0xDFFF and (full or cp < 0x800 or cp % 251 == 0)
     ]
 
 

@@ -4,7 +4,7 @@ Unpickling reads no checkpoint file (every round trip here loads from a copy of 
 that is deleted before unpickling) and downloads nothing, so an encoder can be sent to
 ``multiprocessing`` workers (spawn and fork), ``datasets.Dataset.map(num_proc=...)`` processes
 and Ray tasks. The unpickled encoder must give the same ids, text, stop ids, format and
-explanation as the original, on both routes, on the generic path, with the jinja2 fallback and
+explanation as the original, on both routes, on the Jinja path, with the jinja2 fallback and
 for GGUF files; its own pickle must be byte-for-byte the same state (so the state is
 deterministic, which ``datasets``' fingerprints rely on).
 

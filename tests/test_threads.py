@@ -5,8 +5,8 @@ together (a ``threading.Barrier``) and each works on different corpus conversati
 with tools) through ``encode``, ``encode_detailed``, ``render`` and one ``Session`` of its
 own; every result must equal the same call made serially before. A second test runs
 ``encode_batch`` (which releases the GIL and runs on chatids' own pool) in one thread while the
-fifteen others call ``encode`` (forking after ``encode_batch``: tests/test_parallel.py). Llama 3.1 and Qwen2.5 (native formats, and the generic path for
-their tool conversations) and gpt-oss-120b (the generic path).
+fifteen others call ``encode`` (forking after ``encode_batch``: tests/test_parallel.py). Llama 3.1 and Qwen2.5 (native formats, and the Jinja path for
+their tool conversations) and gpt-oss-120b (the Jinja path).
 """
 
 from __future__ import annotations

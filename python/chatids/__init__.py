@@ -9,7 +9,8 @@ template, and safe against special-token injection by default::
 """
 
 from ._core import ChatTemplateError, CheckpointError, __version__
-from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding, Truncation
+from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding
+from ._training import Truncation
 from ._integrations import RayEncode, hf_map
 from ._session import Session
 from ._training import Packed, Padded, pack

@@ -154,17 +154,6 @@ class Encoder:
         now: Optional[_Clock] = None,
         continue_final_message: bool = False,
     ) -> np.ndarray: ...
-    def encode_detailed(
-        self,
-        messages: Sequence[Any],
-        add_generation_prompt: bool = False,
-        sanitize_control_tokens: bool = True,
-        kwargs: Optional[dict[str, Any]] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        now: Optional[_Clock] = None,
-        continue_final_message: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def render(
         self,
         messages: Sequence[Any],

@@ -12,12 +12,12 @@ import numpy as np
 
 from . import _core
 from ._core import ChatTemplateError
+from ._training import Packed, Padded, Truncation, pack, to_padded
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # _training imports this module; Batch.to_padded/pack import it when called
+if TYPE_CHECKING:  # _session imports this module
     from ._session import Session
-    from ._training import Packed, Padded
 
 FORMATS: tuple[str, ...] = tuple(_core.FORMATS)
 """The native formats of the transformers route, by name."""
@@ -42,20 +42,6 @@ class Finding:
     def __str__(self) -> str:
         where = f"message {self.message}: " if self.message is not None else ""
         return f"[{self.code}] {where}{self.explanation}"
-
-
-@dataclass(frozen=True)
-class Truncation:
-    """What a truncation policy cut from one conversation (see ``max_length=``/``truncation=``)."""
-
-    policy: str
-    """``"drop_oldest_turns"`` (whole turns after the system message) or ``"right"`` (tokens at the end)."""
-    original_length: int
-    """Tokens before truncation."""
-    dropped_tokens: int
-    """Tokens removed."""
-    dropped_messages: tuple[int, ...] = ()
-    """Indices (into the caller's messages) of the messages removed by ``"drop_oldest_turns"``."""
 
 
 @dataclass(frozen=True)
@@ -145,13 +131,11 @@ class Batch:
     ) -> "Padded":
         """One row per conversation, padded: ``input_ids``, ``attention_mask``, ``labels``
         (only when the batch has labels), ``assistant_mask``; see :func:`chatids._training.to_padded`."""
-        from ._training import to_padded
 
         return to_padded(self, pad_id, side, max_length, truncation, return_tensors)
 
     def pack(self, seq_len: int, *, pad_id: int, truncation: str = "error", return_tensors: str = "np") -> "Packed":
         """Whole conversations packed into rows of ``seq_len`` tokens: :func:`chatids.pack`."""
-        from ._training import pack
 
         return pack(self, seq_len, pad_id=pad_id, truncation=truncation, return_tensors=return_tensors)
 
@@ -236,7 +220,7 @@ class Encoder:
           transformers' ``apply_chat_template``. A native format renders it when it reproduces
           the template on every probe conversation; otherwise chatids' Jinja engine renders the
           template itself (``format == "jinja"``). :meth:`explain` says which and why.
-          ``format=`` forces a native format, or ``"jinja"`` the generic path;
+          ``format=`` forces a native format, or ``"jinja"`` the Jinja path;
           ``chat_template=`` picks one of the checkpoint's named templates or replaces the
           template with the given text.
         * ``reference="mistral-common"``: the directory's ``tekken.json`` or
@@ -564,7 +548,7 @@ class Encoder:
     def append_rewrites(self) -> Optional[list[str]]:
         """Where appending messages can change tokens already encoded (the template is not
         prefix-preserving there), one line per case; ``[]``: prefix-preserving; ``None``: not
-        known (the generic path; sessions detect rewrites as they happen)."""
+        known (the Jinja path; sessions detect rewrites as they happen)."""
         return self._core.append_rewrites
 
     def lint(
@@ -713,12 +697,13 @@ def _resolve_checkpoint(
             f"{path} is not a local path; resolving repo ids needs huggingface_hub (pip install huggingface_hub)"
         ) from e
     try:
-        return snapshot_download(
+        folder: str = snapshot_download(
             path,
             revision=revision,
             allow_patterns=_CHECKPOINT_FILES,
             local_files_only=not allow_download,
         )
+        return folder
     except Exception as e:  # huggingface_hub raises several types for "not in the cache"
         hint = "" if allow_download else " (it is not in the local Hugging Face cache; pass allow_download=True to fetch it)"
         raise _core.CheckpointError(f"{path}: cannot resolve the repo id{hint}: {e}") from e

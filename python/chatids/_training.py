@@ -19,10 +19,23 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from . import _core
-from ._encoder import Truncation
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._encoder import Batch
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What a truncation policy cut from one conversation (see ``max_length=``/``truncation=``)."""
+
+    policy: str
+    """``"drop_oldest_turns"`` (whole turns after the system message) or ``"right"`` (tokens at the end)."""
+    original_length: int
+    """Tokens before truncation."""
+    dropped_tokens: int
+    """Tokens removed."""
+    dropped_messages: tuple[int, ...] = ()
+    """Indices (into the caller's messages) of the messages removed by ``"drop_oldest_turns"``."""
 
 IGNORE_INDEX = -100
 """The label of positions that are not trained (PyTorch's ``ignore_index``)."""

@@ -68,12 +68,12 @@ def frozen_transformers_clock(now: datetime = FIXED_NOW) -> Iterator[None]:
         def now(cls, tz: Any = None) -> "_Frozen":
             return cls(now.year, now.month, now.day, now.hour, now.minute, now.second)
 
-    saved = ctu.datetime  # type: ignore[attr-defined]
-    ctu.datetime = _Frozen  # type: ignore[attr-defined]
+    saved = ctu.datetime
+    ctu.datetime = _Frozen
     try:
         yield
     finally:
-        ctu.datetime = saved  # type: ignore[attr-defined]
+        ctu.datetime = saved
 
 
 def _first_difference(ours: list[int], ref: list[int]) -> str:
@@ -93,7 +93,7 @@ def verify_file(
     limit: Optional[int] = None,
 ) -> Summary:
     """Compare ``enc`` with transformers on every conversation of the JSONL file ``path``."""
-    from ._cli import _read_records
+    from ._files import _read_records
 
     if enc.reference != "transformers":
         raise SystemExit("verify compares with transformers: load with --reference transformers")

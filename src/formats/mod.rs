@@ -14,8 +14,6 @@ mod llama2;
 mod llama3;
 mod mistral;
 
-use std::collections::BTreeMap;
-
 use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
@@ -30,8 +28,7 @@ pub use llama2::Llama2;
 pub use llama3::{Llama3, Llama3Variant};
 pub use mistral::{Mistral, MistralVariant};
 
-/// Keyword arguments for the template (`date_string`, `enable_thinking`, ...).
-pub type TemplateArgs = BTreeMap<String, TemplateValue>;
+pub use crate::message::TemplateArgs;
 
 /// What to render.
 #[derive(Debug, Clone, Copy)]

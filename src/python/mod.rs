@@ -15,13 +15,12 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::batch::{BatchOptions, OnError};
 use crate::encoder::{EncodeOptions, Encoder, LoadOptions, Route};
-use crate::encoding::Tracking;
 use crate::error::{Error, TemplateError};
 use crate::formats::{SystemPolicy, TemplateArgs};
 use crate::lint::LintContext;
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 use crate::template::DateTime;
-use crate::training::{TrainOn, TrainingOptions, Truncated, TruncationPolicy};
+use crate::training::{TrainingOptions, Truncated};
 
 mod session;
 
@@ -240,7 +239,7 @@ fn plain_message(dict: &Bound<'_, PyDict>) -> bool {
     known == dict.len()
 }
 
-/// A message for the generic path: the whole dict as JSON (`None` values dropped, as
+/// A message for the Jinja path: the whole dict as JSON (`None` values dropped, as
 /// transformers does), plus the fields chatids reads itself, parsed leniently (the template
 /// decides what it accepts).
 fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, TemplateError> {
@@ -386,7 +385,7 @@ fn sequence_items<'py>(
     }
 }
 
-/// The messages of one conversation; whole dicts (`raw`) for the generic path, and for any
+/// The messages of one conversation; whole dicts (`raw`) for the Jinja path, and for any
 /// tool conversation, which the checkpoint's template renders (see [`crate::tools`]).
 fn messages_from_py(obj: &Bound<'_, PyAny>, raw: bool) -> Result<Vec<Message>, TemplateError> {
     let items = sequence_items(obj, "messages must be a list of dicts")?;
@@ -465,9 +464,9 @@ struct CallOptions<'a, 'py> {
     kwargs: Option<&'a Bound<'py, PyDict>>,
     system: Option<&'a str>,
     merge_consecutive: bool,
-    /// Keep each message's whole dict (the generic path renders from it).
+    /// Keep each message's whole dict (the Jinja path renders from it).
     raw: bool,
-    /// `strftime_now()` for the generic path: (year, month, day, hour, minute, second).
+    /// `strftime_now()` for the Jinja path: (year, month, day, hour, minute, second).
     now: Option<(i32, u32, u32, u32, u32, u32)>,
     /// Leave the final message open (transformers' `continue_final_message`).
     continue_final_message: bool,
@@ -493,27 +492,8 @@ fn training_options(
     truncation: Option<&str>,
     provenance: bool,
 ) -> PyResult<TrainingOptions> {
-    let convert = || -> Result<TrainingOptions, TemplateError> {
-        let truncation = match truncation {
-            None => TruncationPolicy::Error,
-            Some(name) => {
-                if max_length.is_none() {
-                    return Err(TemplateError::whole(format!(
-                        "truncation={name:?} needs max_length"
-                    )));
-                }
-                TruncationPolicy::parse(name)?
-            }
-        };
-        Ok(TrainingOptions {
-            mask,
-            train_on: TrainOn::parse(train_on)?,
-            max_length,
-            truncation,
-            provenance,
-        })
-    };
-    convert().map_err(|e| to_py_err(e.into()))
+    TrainingOptions::parse(mask, train_on, max_length, truncation, provenance)
+        .map_err(|e| to_py_err(e.into()))
 }
 
 fn options(call: CallOptions<'_, '_>) -> PyResult<EncodeOptions> {
@@ -635,7 +615,7 @@ impl PyEncoder {
         self.inner.stop_token_ids_for_tool_calls().to_vec()
     }
 
-    /// Where appending messages can change earlier tokens (None: not known, generic path).
+    /// Where appending messages can change earlier tokens (None: not known, Jinja path).
     #[getter]
     fn append_rewrites(&self) -> Option<Vec<&'static str>> {
         crate::session::append_rewrites(&self.inner).map(<[_]>::to_vec)
@@ -877,58 +857,13 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
-                raw: self.inner.is_generic(),
+                raw: self.inner.is_jinja(),
                 now,
                 continue_final_message,
             },
         )?;
         let ids = py.detach(|| guarded(|| self.inner.encode(&messages, &options)))?;
         Ok(ids.into_pyarray(py))
-    }
-
-    #[pyo3(signature = (messages, add_generation_prompt=false, sanitize_control_tokens=true, kwargs=None, system=None, merge_consecutive=false, now=None, continue_final_message=false))]
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
-    fn encode_detailed<'py>(
-        &self,
-        py: Python<'py>,
-        messages: &Bound<'py, PyAny>,
-        add_generation_prompt: bool,
-        sanitize_control_tokens: bool,
-        kwargs: Option<&Bound<'py, PyDict>>,
-        system: Option<&str>,
-        merge_consecutive: bool,
-        now: Option<(i32, u32, u32, u32, u32, u32)>,
-        continue_final_message: bool,
-    ) -> PyResult<(
-        Bound<'py, PyArray1<u32>>,
-        Bound<'py, PyArray1<i32>>,
-        Bound<'py, PyArray1<bool>>,
-    )> {
-        let (messages, options) = request(
-            messages,
-            CallOptions {
-                add_generation_prompt,
-                sanitize_control_tokens,
-                kwargs,
-                system,
-                merge_consecutive,
-                raw: self.inner.is_generic(),
-                now,
-                continue_final_message,
-            },
-        )?;
-        let tracking = Tracking {
-            message_indices: true,
-            from_content: true,
-            body: false,
-        };
-        let chat =
-            py.detach(|| guarded(|| self.inner.encode_tracked(&messages, &options, tracking)))?;
-        Ok((
-            chat.ids.into_pyarray(py),
-            chat.message_indices.into_pyarray(py),
-            chat.from_content.into_pyarray(py),
-        ))
     }
 
     #[pyo3(signature = (messages, add_generation_prompt=false, kwargs=None, system=None, merge_consecutive=false, now=None, continue_final_message=false))]
@@ -952,7 +887,7 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
-                raw: self.inner.is_generic(),
+                raw: self.inner.is_jinja(),
                 now,
                 continue_final_message,
             },
@@ -997,7 +932,7 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
-                raw: self.inner.is_generic(),
+                raw: self.inner.is_jinja(),
                 now,
                 continue_final_message,
             },
@@ -1052,18 +987,9 @@ impl PyEncoder {
         Vec<(usize, TruncationTuple)>,
         Vec<(usize, String)>,
     )> {
-        let on_error = match on_error {
-            "raise" => OnError::Raise,
-            "collect" => OnError::Collect,
-            other => {
-                return Err(to_py_err(
-                    TemplateError::whole(format!(
-                        "on_error must be \"raise\" or \"collect\", not {other:?}"
-                    ))
-                    .into(),
-                ))
-            }
-        };
+        let on_error: OnError = on_error
+            .parse()
+            .map_err(|e: TemplateError| to_py_err(e.into()))?;
         let batch_options = BatchOptions {
             training: training_options(mask, train_on, max_length, truncation, false)?,
             on_error,
@@ -1074,7 +1000,7 @@ impl PyEncoder {
             "conversations must be a list of conversations (lists of message dicts)",
         )
         .map_err(|e| to_py_err(e.into()))?;
-        let generic = self.inner.is_generic();
+        let generic = self.inner.is_jinja();
         let convs: Vec<Result<Vec<Message>, TemplateError>> = items
             .iter()
             .map(|conv| messages_from_py(conv, generic))
@@ -1136,7 +1062,7 @@ impl PyEncoder {
                 kwargs,
                 system,
                 merge_consecutive,
-                raw: self.inner.is_generic(),
+                raw: self.inner.is_jinja(),
                 now,
                 continue_final_message,
             },

@@ -61,7 +61,7 @@ impl PySession {
             .unwrap_or_else(|e| e.into_inner())
             .messages()
             .len();
-        let raw = self.encoder.get().inner.is_generic();
+        let raw = self.encoder.get().inner.is_jinja();
         messages_from_py(messages, raw).map_err(|e| to_py_err(renumber(e, offset).into()))
     }
 }
@@ -101,7 +101,7 @@ impl PySession {
             .messages()
             .len();
         let parse = |raw| message_from_py(message, index, raw).map_err(|e| to_py_err(e.into()));
-        let mut parsed = parse(self.encoder.get().inner.is_generic())?;
+        let mut parsed = parse(self.encoder.get().inner.is_jinja())?;
         if parsed.raw.is_none() && crate::tools::is_tool_message(&parsed) {
             parsed = parse(true)?;
         }

@@ -1,4 +1,4 @@
-//! The generic path: any Hugging Face chat template, rendered by chatids' own Jinja engine
+//! The Jinja path: any Hugging Face chat template, rendered by chatids' own Jinja engine
 //! ([`crate::template`]) and encoded exactly as transformers encodes the rendered prompt.
 //!
 //! * Rendering sees what `apply_chat_template` gives the template: `messages` (the caller's
@@ -38,7 +38,7 @@ pub const PROBE_NOW: DateTime = DateTime {
     second: 53,
 };
 
-/// The name [`crate::Encoder::format_name`] reports for the generic path.
+/// The name [`crate::Encoder::format_name`] reports for the Jinja path.
 pub const FORMAT_NAME: &str = "jinja";
 /// The name it reports when the template is rendered outside the core (Python's jinja2).
 pub const EXTERNAL_FORMAT_NAME: &str = "jinja2-fallback";
@@ -59,7 +59,7 @@ pub struct JinjaRequest<'a> {
     pub now: Option<DateTime>,
 }
 
-/// A checkpoint's chat template on the generic path.
+/// A checkpoint's chat template on the Jinja path.
 pub struct JinjaFormat {
     template: ChatTemplate,
     special_tokens: Map<String, Value>,
