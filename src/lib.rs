@@ -38,6 +38,7 @@ pub mod encoder;
 pub mod encoding;
 pub mod error;
 pub mod formats;
+pub mod input;
 pub mod jinja;
 pub mod lint;
 pub mod message;
@@ -46,14 +47,11 @@ mod origin;
 pub mod packing;
 pub mod persist;
 pub mod pieces;
-pub mod policies;
-pub mod prefill;
 pub mod probes;
 pub mod pystr;
 pub mod session;
 pub mod template;
 pub mod text;
-pub mod tools;
 pub mod training;
 
 #[cfg(feature = "python")]

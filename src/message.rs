@@ -4,7 +4,7 @@
 //! own preprocessing: keys whose value is `None` are absent, and the reasoning aliases
 //! (`reasoning_content`, `thinking`, `reasoning`) are folded into one field. Template
 //! arguments ([`TemplateArgs`]) and what makes a conversation a tool conversation
-//! ([`uses_tools`], see [`crate::tools`]) are defined here, below every renderer.
+//! ([`uses_tools`], see [`crate::input::tools`]) are defined here, below every renderer.
 
 use std::collections::BTreeMap;
 

@@ -153,13 +153,13 @@ def test_llama32_default_date_is_today_read_outside_the_core(monkeypatch):
 
     import transformers.utils.chat_template_utils as ctu
 
-    import chatids._encoder as chatids_encoder
+    import chatids._options as chatids_options
 
     monkeypatch.setattr(ctu, "datetime", Frozen)
-    monkeypatch.setattr(chatids_encoder, "datetime", Frozen)
+    monkeypatch.setattr(chatids_options, "datetime", Frozen)
     msgs = [{"role": "user", "content": "What day is it?"}]
     ref = list(m.tok.apply_chat_template(msgs, tokenize=True, return_dict=False))
     assert "Today Date: 09 Mar 2025" in m.tok.decode(ref)
     assert m.enc.encode(msgs).tolist() == ref
     with pytest.raises(chatids.ChatTemplateError):
-        m.enc._core.encode(msgs, False, True, {})  # the core alone needs the date
+        m.enc._core.encode(msgs, chatids_options.CallOptions())  # the core alone needs the date

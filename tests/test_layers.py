@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("checkpoint loading and control tokens", ["checkpoint", "control_tokens"]),
     ("the piece encoder", ["encoding"]),
     ("renderers: native formats, the Jinja path, probes, mistral-common", ["formats", "jinja", "probes", "mistral_common"]),
-    ("input preparation and the encoder's origin", ["policies", "tools", "prefill", "origin"]),
+    ("input preparation and the encoder's origin", ["input", "origin"]),
     ("the encoder facade", ["encoder"]),
     ("built on the encoder", ["batch", "training", "session", "lint", "persist", "packing"]),
     ("the bindings", ["python"]),

@@ -5,6 +5,8 @@ from typing import Any, Optional, Sequence, final
 import numpy as np
 from typing_extensions import TypeAlias
 
+from ._options import CallOptions
+
 __all__ = [
     "Encoder",
     "Session",
@@ -69,8 +71,6 @@ def _pad(
     """One row of ``width`` per conversation (its first ``lengths[i]`` tokens, padded on the right,
     or on the left with ``left``), flat int64: ``(input_ids, attention_mask, labels, assistant_mask)``."""
 
-#: (year, month, day, hour, minute, second) for the template's strftime_now() (stub-only alias).
-_Clock: TypeAlias = tuple[int, int, int, int, int, int]
 #: (policy, original_length, dropped_tokens, dropped_messages) (stub-only alias).
 _TruncationTuple: TypeAlias = tuple[str, int, int, list[int]]
 
@@ -122,15 +122,7 @@ class Encoder:
     def stop_token_ids_for_tool_calls(self) -> list[int]: ...
     @property
     def append_rewrites(self) -> Optional[list[str]]: ...
-    def session(
-        self,
-        sanitize_control_tokens: bool = True,
-        kwargs: Optional[dict[str, Any]] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        now: Optional[_Clock] = None,
-        on_rewrite: str = "error",
-    ) -> Session: ...
+    def session(self, options: CallOptions) -> Session: ...
     @property
     def template_args(self) -> Optional[list[str]]: ...
     @property
@@ -143,69 +135,12 @@ class Encoder:
         ...
     def explain(self) -> str: ...
     def tokenizer_json(self) -> str: ...
-    def encode(
-        self,
-        messages: Sequence[Any],
-        add_generation_prompt: bool = False,
-        sanitize_control_tokens: bool = True,
-        kwargs: Optional[dict[str, Any]] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        now: Optional[_Clock] = None,
-        continue_final_message: bool = False,
-    ) -> np.ndarray: ...
-    def render(
-        self,
-        messages: Sequence[Any],
-        add_generation_prompt: bool = False,
-        kwargs: Optional[dict[str, Any]] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        now: Optional[_Clock] = None,
-        continue_final_message: bool = False,
-    ) -> str: ...
-    def lint(
-        self,
-        messages: Sequence[Any],
-        add_generation_prompt: bool = False,
-        kwargs: Optional[dict[str, Any]] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        for_generation: bool = False,
-        add_special_tokens: bool = False,
-        now: Optional[_Clock] = None,
-        continue_final_message: bool = False,
-    ) -> list[tuple[str, Optional[int], str]]: ...
+    def encode(self, messages: Sequence[Any], options: CallOptions) -> np.ndarray: ...
+    def render(self, messages: Sequence[Any], options: CallOptions) -> str: ...
+    def lint(self, messages: Sequence[Any], options: CallOptions) -> list[tuple[str, Optional[int], str]]: ...
     def encode_training(
-        self,
-        messages: Sequence[Any],
-        add_generation_prompt: bool = False,
-        sanitize_control_tokens: bool = True,
-        kwargs: Optional[dict[str, Any]] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        now: Optional[_Clock] = None,
-        continue_final_message: bool = False,
-        mask: bool = False,
-        train_on: str = "all_assistant",
-        max_length: Optional[int] = None,
-        truncation: Optional[str] = None,
-        provenance: bool = False,
+        self, messages: Sequence[Any], options: CallOptions
     ) -> tuple[np.ndarray, Optional[np.ndarray], Optional[_TruncationTuple], Optional[np.ndarray], Optional[np.ndarray]]: ...
     def encode_batch(
-        self,
-        conversations: Sequence[Sequence[Any]],
-        add_generation_prompt: bool = False,
-        sanitize_control_tokens: bool = True,
-        kwargs: Optional[dict[str, Any]] = None,
-        num_threads: Optional[int] = None,
-        system: Optional[str] = None,
-        merge_consecutive: bool = False,
-        now: Optional[_Clock] = None,
-        continue_final_message: bool = False,
-        mask: bool = False,
-        train_on: str = "all_assistant",
-        max_length: Optional[int] = None,
-        truncation: Optional[str] = None,
-        on_error: str = "raise",
+        self, conversations: Sequence[Sequence[Any]], options: CallOptions
     ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], list[tuple[int, _TruncationTuple]], list[tuple[int, str]]]: ...

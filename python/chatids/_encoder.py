@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _core
-from ._core import ChatTemplateError
+from ._jinja2_fallback import Jinja2Renderer, Jinja2Route
+from ._options import CallOptions, call_options
 from ._training import Packed, Padded, Truncation, pack, to_padded
 
 from typing import TYPE_CHECKING
@@ -166,14 +166,14 @@ class Encoder:
 
     def __init__(self, core: _core.Encoder) -> None:
         self._core = core
-        self._fallback: Optional[Any] = None
+        # What every method delegates to: the compiled encoder, or, for a template only
+        # jinja2 compiles, the jinja2 route with the same methods.
+        self._route: Union[_core.Encoder, Jinja2Route] = core
         if core.needs_external_renderer:
             import jinja2
 
-            from ._jinja2_fallback import Jinja2Renderer
-
             try:
-                self._fallback = Jinja2Renderer(
+                renderer = Jinja2Renderer(
                     core.chat_template or "",
                     core.special_tokens_map,
                     [text for text, _ in core.control_tokens],
@@ -189,6 +189,7 @@ class Encoder:
                     "apply_chat_template fails on it too. Pass chat_template=... with a template that "
                     "compiles, or format=... to force a native format"
                 ) from e
+            self._route = Jinja2Route(core, renderer)
             warnings.warn(
                 "chatids' Jinja engine cannot compile this chat template; rendering it with Python's jinja2 "
                 "(slower, GIL-bound; ids are still exact). See Encoder.explain().",
@@ -307,10 +308,7 @@ class Encoder:
         as ``jinja2.meta.find_undeclared_variables`` gives them), plus the names every template
         is given (the special tokens, ``tools``, ``documents``); ``None`` on the mistral-common
         route, whose only argument is ``tools``."""
-        if self._fallback is not None:
-            fallback_names: Optional[frozenset[str]] = self._fallback.template_args
-            return fallback_names
-        names = self._core.template_args
+        names = self._route.template_args
         return None if names is None else frozenset(names)
 
     @property
@@ -318,19 +316,6 @@ class Encoder:
         """``"error"`` or ``"ignore"``: what happens to an argument the template does not read
         (see :meth:`from_pretrained`)."""
         return self._core.unknown_template_args
-
-    def _template_kwargs(
-        self, template_kwargs: dict[str, Any]
-    ) -> tuple[dict[str, Any], Optional[tuple[int, int, int, int, int, int]]]:
-        # Templates that read the clock (strftime_now(): Llama 3.2's date, Mistral Small's)
-        # get it here, never in the core. `now=` fixes it.
-        now = template_kwargs.pop("now", None)
-        if now is not None and not isinstance(now, datetime):
-            raise TypeError(f"now must be a datetime.datetime, not {type(now).__name__}")
-        if now is None and self._core.reads_clock:
-            now = datetime.now()
-        clock = None if now is None else (now.year, now.month, now.day, now.hour, now.minute, now.second)
-        return template_kwargs, clock
 
     def encode(
         self,
@@ -361,34 +346,10 @@ class Encoder:
         ``max_length`` with ``truncation`` (``"error"``, the default; ``"drop_oldest_turns"``;
         ``"right"``) bounds the length; :meth:`encode_detailed` reports what was cut.
         """
-        if not return_assistant_mask and max_length is None and truncation is None and train_on == "all_assistant":
-            kwargs, now = self._template_kwargs(template_kwargs)
-            if self._fallback is not None:
-                self._fallback_options(system, merge_consecutive, continue_final_message)
-                return self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
-            return self._core.encode(
-                messages,
-                add_generation_prompt,
-                sanitize_control_tokens,
-                kwargs,
-                system,
-                merge_consecutive,
-                now,
-                continue_final_message=continue_final_message,
-            )
-        chat = self.encode_detailed(
-            messages,
-            add_generation_prompt,
-            sanitize_control_tokens,
-            system=system,
-            merge_consecutive=merge_consecutive,
-            continue_final_message=continue_final_message,
-            return_assistant_mask=return_assistant_mask,
-            train_on=train_on,
-            max_length=max_length,
-            truncation=truncation,
-            **template_kwargs,
-        )
+        options = call_options(locals(), self._core.reads_clock)
+        if not options.training:
+            return self._route.encode(messages, options)
+        chat = self._encoded_chat(messages, options._replace(provenance=True))
         return chat if return_assistant_mask else chat.ids
 
     def encode_detailed(
@@ -408,27 +369,10 @@ class Encoder:
     ) -> EncodedChat:
         """Like :meth:`encode`, with each token's message index and origin, the loss mask and
         labels when asked, and what truncation cut."""
-        kwargs, now = self._template_kwargs(template_kwargs)
-        if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive, continue_final_message)
-            self._fallback_training(return_assistant_mask, max_length, truncation)
-            ids = self._fallback_batch([messages], add_generation_prompt, sanitize_control_tokens, kwargs, now)[0]
-            return EncodedChat(ids, np.full(len(ids), -1, dtype=np.int32), np.zeros(len(ids), dtype=bool))
-        ids, mask, cut, message_indices, from_content = self._core.encode_training(
-            messages,
-            add_generation_prompt,
-            sanitize_control_tokens,
-            kwargs,
-            system,
-            merge_consecutive,
-            now,
-            continue_final_message=continue_final_message,
-            mask=return_assistant_mask,
-            train_on=train_on,
-            max_length=max_length,
-            truncation=truncation,
-            provenance=True,
-        )
+        return self._encoded_chat(messages, call_options(locals(), self._core.reads_clock, provenance=True))
+
+    def _encoded_chat(self, messages: Conversation, options: CallOptions) -> EncodedChat:
+        ids, mask, cut, message_indices, from_content = self._route.encode_training(messages, options)
         assert message_indices is not None and from_content is not None  # provenance=True
         return EncodedChat(
             ids,
@@ -450,20 +394,7 @@ class Encoder:
         **template_kwargs: Any,
     ) -> str:
         """The prompt as text, equal to ``apply_chat_template(..., tokenize=False)``."""
-        kwargs, now = self._template_kwargs(template_kwargs)
-        if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive, continue_final_message)
-            rendered: str = self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
-            return rendered
-        return self._core.render(
-            messages,
-            add_generation_prompt,
-            kwargs,
-            system,
-            merge_consecutive,
-            now,
-            continue_final_message=continue_final_message,
-        )
+        return self._route.render(messages, call_options(locals(), self._core.reads_clock))
 
     def encode_batch(
         self,
@@ -491,27 +422,8 @@ class Encoder:
         conversation, naming its index; ``"collect"`` gives it no tokens and records the
         reason in ``batch.errors`` (nothing is dropped silently).
         """
-        kwargs, now = self._template_kwargs(template_kwargs)
-        if self._fallback is not None:
-            self._fallback_options(system, merge_consecutive, continue_final_message)
-            self._fallback_training(return_assistant_mask, max_length, truncation)
-            return self._fallback_batch(conversations, add_generation_prompt, sanitize_control_tokens, kwargs, now, on_error)
-        ids, offsets, mask, cuts, errors = self._core.encode_batch(
-            conversations,
-            add_generation_prompt,
-            sanitize_control_tokens,
-            kwargs,
-            num_threads,
-            system,
-            merge_consecutive,
-            now,
-            continue_final_message=continue_final_message,
-            mask=return_assistant_mask,
-            train_on=train_on,
-            max_length=max_length,
-            truncation=truncation,
-            on_error=on_error,
-        )
+        options = call_options(locals(), self._core.reads_clock)
+        ids, offsets, mask, cuts, errors = self._route.encode_batch(conversations, options)
         return Batch(
             ids,
             offsets,
@@ -536,10 +448,7 @@ class Encoder:
         the session starts). See docs/serving.md."""
         from ._session import Session
 
-        if self._fallback is not None:
-            raise ChatTemplateError("sessions need chatids' own template engine (not the jinja2 fallback)")
-        kwargs, now = self._template_kwargs(template_kwargs)
-        session = Session(self._core.session(sanitize_control_tokens, kwargs, system, merge_consecutive, now, on_rewrite))
+        session = Session(self._route.session(call_options(locals(), self._core.reads_clock)))
         if len(messages):
             session.append(list(messages))
         return session
@@ -569,24 +478,7 @@ class Encoder:
         assistant header); ``add_special_tokens=True`` says the caller will tokenize the
         rendered text with special tokens (double-BOS check). Malformed messages still raise.
         """
-        kwargs, now = self._template_kwargs(template_kwargs)
-        if self._fallback is not None:
-            try:
-                self._fallback.render(messages, add_generation_prompt, kwargs, self._clock(now), marked=False)
-            except ChatTemplateError as e:
-                return [Finding("template-raises", None, str(e))]
-            return []
-        raw = self._core.lint(
-            messages,
-            add_generation_prompt,
-            kwargs,
-            system,
-            merge_consecutive,
-            for_generation,
-            add_special_tokens,
-            now,
-            continue_final_message=continue_final_message,
-        )
+        raw = self._route.lint(messages, call_options(locals(), self._core.reads_clock))
         return [Finding(code, message, explanation) for code, message, explanation in raw]
 
     def __repr__(self) -> str:
@@ -597,53 +489,6 @@ class Encoder:
         unpickling (in a ``multiprocessing`` worker, a ``datasets.map(num_proc=...)`` process,
         a Ray task) reads no checkpoint file and downloads nothing."""
         return (_encoder_from_state, (self._core.to_bytes(), type(self)))
-
-    # --- the jinja2 fallback (templates chatids' Rust engine cannot compile) ---
-
-    @staticmethod
-    def _clock(now: Optional[tuple[int, int, int, int, int, int]]) -> Optional[datetime]:
-        return None if now is None else datetime(*now)
-
-    @staticmethod
-    def _fallback_training(mask: bool, max_length: Optional[int], truncation: Optional[str]) -> None:
-        if mask or max_length is not None or truncation is not None:
-            raise ChatTemplateError(
-                "return_assistant_mask= and max_length= need chatids' own template engine (not the jinja2 fallback)"
-            )
-
-    @staticmethod
-    def _fallback_options(system: Optional[str], merge_consecutive: bool, continue_final_message: bool = False) -> None:
-        if system is not None or merge_consecutive or continue_final_message:
-            raise ChatTemplateError(
-                "system=, merge_consecutive= and continue_final_message= need chatids' own template engine "
-                "(not the jinja2 fallback)"
-            )
-
-    def _fallback_batch(
-        self,
-        conversations: Sequence[Conversation],
-        add_generation_prompt: bool,
-        sanitize: bool,
-        kwargs: dict[str, Any],
-        now: Optional[tuple[int, int, int, int, int, int]],
-        on_error: str = "raise",
-    ) -> Batch:
-        assert self._fallback is not None
-        if on_error not in ("raise", "collect"):
-            raise ChatTemplateError(f'on_error must be "raise" or "collect", not {on_error!r}')
-        texts = []
-        errors: dict[int, str] = {}
-        for c, conv in enumerate(conversations):
-            try:
-                texts.append(self._fallback.render(conv, add_generation_prompt, kwargs, self._clock(now), marked=sanitize))
-            except ChatTemplateError as e:
-                if on_error == "raise":
-                    raise ChatTemplateError(f"conversation {c}: {e}") from e
-                errors[c] = str(e)
-                texts.append("")
-        ids, offsets = self._core.encode_rendered_batch(texts, sanitize)
-        return Batch(ids, offsets, errors=errors)
-
 
 def _labels(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """``ids`` as int64 with -100 (the ignore index of PyTorch's cross entropy) where not trained."""

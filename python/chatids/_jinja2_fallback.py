@@ -5,8 +5,12 @@ The environment is the one transformers builds (``ImmutableSandboxedEnvironment`
 ``raise_exception``, ``strftime_now``, ``dict``, a namespace that rejects underscore names and
 ``tojson`` as ``json.dumps``), and the inputs are prepared as transformers prepares them
 (``None`` values dropped, reasoning aliases, special tokens as variables). With sanitizing, the
-control tokens in caller strings are wrapped in the same private-use markers the Rust generic
+control tokens in caller strings are wrapped in the same private-use markers the Rust Jinja
 path uses, and the Rust core encodes the rendered text (``encode_rendered_batch``).
+
+:class:`Jinja2Route` has the methods of the compiled encoder that :class:`chatids.Encoder`
+calls, with the same arguments (the messages and one :class:`~chatids._options.CallOptions`)
+and the same results, so the encoder delegates to either without asking which.
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ import json
 import re
 from datetime import datetime
 from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _core
+from ._core import ChatTemplateError
+from ._options import CallOptions
 
 MARK_START = "\U000f0000"
 MARK_END = "\U000f0001"
@@ -139,8 +149,6 @@ class Jinja2Renderer:
         marked: bool,
     ) -> str:
         """The prompt; with ``marked``, caller control tokens wrapped in the markers."""
-        from ._core import ChatTemplateError
-
         chat = []
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
@@ -177,3 +185,83 @@ class Jinja2Renderer:
             return rendered
         except Exception as e:  # the template raised (raise_exception) or failed
             raise ChatTemplateError(f"the chat template raised: {e}") from e
+
+
+class Jinja2Route:
+    """The route of a template only jinja2 compiles: render in Python, encode in the core.
+
+    What needs chatids' own template engine (the input policies, ``continue_final_message``,
+    loss masks, truncation, sessions, lint beyond "the template raises") raises
+    :class:`ChatTemplateError` saying so; nothing is left out silently. Message provenance is
+    not known here: every token has message index -1 and no content origin.
+    """
+
+    def __init__(self, core: _core.Encoder, renderer: Jinja2Renderer) -> None:
+        self._core = core
+        self._renderer = renderer
+
+    @property
+    def template_args(self) -> frozenset[str]:
+        return self._renderer.template_args
+
+    @staticmethod
+    def _refuse_unsupported(options: CallOptions) -> None:
+        if options.system is not None or options.merge_consecutive or options.continue_final_message:
+            raise ChatTemplateError(
+                "system=, merge_consecutive= and continue_final_message= need chatids' own template engine "
+                "(not the jinja2 fallback)"
+            )
+        if options.return_assistant_mask or options.max_length is not None or options.truncation is not None:
+            raise ChatTemplateError(
+                "return_assistant_mask= and max_length= need chatids' own template engine (not the jinja2 fallback)"
+            )
+
+    def _render(self, messages: Sequence[Any], options: CallOptions, marked: bool) -> str:
+        clock = None if options.now is None else datetime(*options.now)
+        return self._renderer.render(
+            messages, options.add_generation_prompt, options.template_kwargs or {}, clock, marked=marked
+        )
+
+    def render(self, messages: Sequence[Any], options: CallOptions) -> str:
+        self._refuse_unsupported(options)
+        return self._render(messages, options, marked=False)
+
+    def encode(self, messages: Sequence[Any], options: CallOptions) -> np.ndarray:
+        ids: np.ndarray = self.encode_batch([messages], options)[0]
+        return ids
+
+    def encode_training(
+        self, messages: Sequence[Any], options: CallOptions
+    ) -> tuple[np.ndarray, None, None, np.ndarray, np.ndarray]:
+        ids = self.encode(messages, options)
+        return ids, None, None, np.full(len(ids), -1, dtype=np.int32), np.zeros(len(ids), dtype=bool)
+
+    def encode_batch(
+        self, conversations: Sequence[Sequence[Any]], options: CallOptions
+    ) -> tuple[np.ndarray, np.ndarray, None, list[Any], list[tuple[int, str]]]:
+        self._refuse_unsupported(options)
+        if options.on_error not in ("raise", "collect"):
+            raise ChatTemplateError(f'on_error must be "raise" or "collect", not {options.on_error!r}')
+        sanitize = options.sanitize_control_tokens
+        texts = []
+        errors: list[tuple[int, str]] = []
+        for c, conversation in enumerate(conversations):
+            try:
+                texts.append(self._render(conversation, options, marked=sanitize))
+            except ChatTemplateError as e:
+                if options.on_error == "raise":
+                    raise ChatTemplateError(f"conversation {c}: {e}") from e
+                errors.append((c, str(e)))
+                texts.append("")
+        ids, offsets = self._core.encode_rendered_batch(texts, sanitize)
+        return ids, offsets, None, [], errors
+
+    def lint(self, messages: Sequence[Any], options: CallOptions) -> list[tuple[str, Optional[int], str]]:
+        try:
+            self._render(messages, options, marked=False)
+        except ChatTemplateError as e:
+            return [("template-raises", None, str(e))]
+        return []
+
+    def session(self, options: CallOptions) -> _core.Session:
+        raise ChatTemplateError("sessions need chatids' own template engine (not the jinja2 fallback)")

@@ -5,7 +5,9 @@ use std::sync::Mutex;
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 
-use super::{guarded, message_from_py, messages_from_py, to_py_err, PyEncoder};
+use super::convert::{message_from_py, messages_from_py};
+use super::encoder::PyEncoder;
+use super::{guarded, to_py_err};
 use crate::error::TemplateError;
 use crate::message::Message;
 use crate::session::{Appended, Session};
@@ -102,7 +104,7 @@ impl PySession {
             .len();
         let parse = |raw| message_from_py(message, index, raw).map_err(|e| to_py_err(e.into()));
         let mut parsed = parse(self.encoder.get().inner.is_jinja())?;
-        if parsed.raw.is_none() && crate::tools::is_tool_message(&parsed) {
+        if parsed.raw.is_none() && crate::message::is_tool_message(&parsed) {
             parsed = parse(true)?;
         }
         let message = parsed;
