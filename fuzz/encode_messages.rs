@@ -20,9 +20,9 @@
 use std::sync::{LazyLock, OnceLock};
 
 use chatids::encoder::{EncodeOptions, Encoder};
-use chatids::encoding::Tracking;
-use chatids::formats::SystemPolicy;
 use chatids::message::{Content, ContentPart, Message};
+use chatids::piece_encoder::Tracking;
+use chatids::render::native::SystemPolicy;
 use serde_json::{json, Map, Value};
 
 /// An encoder, whether it renders from the raw message dicts (the Jinja path), and the

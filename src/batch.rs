@@ -128,6 +128,28 @@ impl Encoder {
     ) -> Result<Batch> {
         encode_batch(self, conversations, options, batch_options)
     }
+
+    /// Encode prompts rendered outside the core ([`Encoder::encode_rendered`]: the jinja2
+    /// fallback's) in parallel, on chatids' own pool, into one flat batch.
+    pub fn encode_rendered_batch(&self, texts: &[String], marked: bool) -> Result<Batch> {
+        let encoded = install(None, || {
+            texts
+                .par_iter()
+                .map(|t| self.encode_rendered(t, marked))
+                .collect::<Result<Vec<_>>>()
+        })??;
+        let mut batch = Batch {
+            ids: Vec::with_capacity(encoded.iter().map(Vec::len).sum()),
+            offsets: Vec::with_capacity(encoded.len() + 1),
+            ..Default::default()
+        };
+        batch.offsets.push(0);
+        for ids in encoded {
+            batch.ids.extend_from_slice(&ids);
+            batch.offsets.push(batch.ids.len() as i64);
+        }
+        Ok(batch)
+    }
 }
 
 /// Encode `conversations` in parallel; an `Err` item is a conversation the caller already

@@ -94,7 +94,7 @@ impl ControlTokens {
     }
 
     /// Whether `text` ends with the start of a control token or begins with the end of one:
-    /// text around it could complete the token (see [`crate::encoding`]).
+    /// text around it could complete the token (see [`crate::piece_encoder`]).
     pub fn has_partial_edge(&self, text: &str) -> bool {
         let limit = self.longest.min(text.len() + 1);
         (1..limit).any(|k| {

@@ -8,10 +8,12 @@
 //!
 //! 1. [`checkpoint`] loads a checkpoint directory (tokenizer, special tokens, chat template),
 //!    adjusting the tokenizer to encode as transformers loads it.
-//! 2. [`formats`] holds the native renderers; each turns [`message::Message`]s into a
-//!    [`pieces::Pieces`] stream of template tokens, template text and content, every piece
-//!    tagged with its message.
-//! 3. [`encoding`] turns the piece stream into ids: tokens as ids, each run of text through
+//! 2. [`input`] prepares the conversation in one step (tool checks, prefill, policies), and
+//!    [`render`] holds the renderers: the native formats, the Jinja path, the probes that
+//!    prove a native format matches the checkpoint's template, and the format choice. Each
+//!    turns [`message::Message`]s into a [`pieces::Pieces`] stream of template tokens,
+//!    template text and content, every piece tagged with its message.
+//! 3. [`piece_encoder`] turns the piece stream into ids: tokens as ids, each run of text through
 //!    the [`text::TextEncoder`], control tokens in content neutralised
 //!    ([`control_tokens`]).
 //! 4. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
@@ -35,20 +37,18 @@ pub mod batch;
 pub mod checkpoint;
 pub mod control_tokens;
 pub mod encoder;
-pub mod encoding;
 pub mod error;
-pub mod formats;
 pub mod input;
-pub mod jinja;
 pub mod lint;
 pub mod message;
 pub mod mistral_common;
 mod origin;
 pub mod packing;
 pub mod persist;
+pub mod piece_encoder;
 pub mod pieces;
-pub mod probes;
 pub mod pystr;
+pub mod render;
 pub mod session;
 pub mod template;
 pub mod text;
@@ -59,6 +59,6 @@ mod python;
 
 pub use batch::Batch;
 pub use encoder::{EncodeOptions, Encoder, FormatChoice, LoadOptions};
-pub use encoding::{EncodedChat, Tracking};
 pub use error::{Error, Result, TemplateError};
 pub use message::{Content, ContentPart, Message, TemplateValue};
+pub use piece_encoder::{EncodedChat, Tracking};

@@ -21,8 +21,8 @@
 
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::error::Error;
-use crate::formats::{SystemPolicy, SystemSlot};
 use crate::message::{Content, Message};
+use crate::render::native::{SystemPolicy, SystemSlot};
 
 /// One problem `lint` found.
 #[derive(Debug, Clone, PartialEq, Eq)]

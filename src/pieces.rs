@@ -4,7 +4,7 @@
 //! ids), template text, and content (text that comes from the caller: message contents,
 //! role names, template arguments). Every piece carries the index of the message it
 //! belongs to. Consecutive text pieces form one *run*: special tokens are the only hard
-//! BPE boundaries, so a run is encoded as one unit (see [`crate::encoding`]).
+//! BPE boundaries, so a run is encoded as one unit (see [`crate::piece_encoder`]).
 
 use std::borrow::Cow;
 

@@ -19,9 +19,9 @@
 //! completion ids.
 
 use crate::encoder::{EncodeOptions, Encoder};
-use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Result, TemplateError};
 use crate::message::Message;
+use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::{Piece, PieceKind};
 
 /// What an append does when the template changes ids the session already holds.
@@ -395,7 +395,7 @@ pub fn append_rewrites(encoder: &Encoder) -> Option<&'static [&'static str]> {
         ],
         "mistral-v3" | "mistral-v3-tekken" => &[MISTRAL_LAST_USER],
         "mistral-common-v2" | "mistral-common-v3" | "mistral-common-v3-tekken" => &[MISTRAL_LAST_USER],
-        crate::jinja::FORMAT_NAME | crate::jinja::EXTERNAL_FORMAT_NAME => return None,
+        crate::render::jinja::FORMAT_NAME | crate::render::jinja::EXTERNAL_FORMAT_NAME => return None,
         _ => &[],
     };
     Some(rewrites)
@@ -466,7 +466,7 @@ mod tests {
             }
             let enc = Encoder::from_dir(&path, None).unwrap();
             let options = EncodeOptions {
-                now: Some(crate::jinja::PROBE_NOW),
+                now: Some(crate::render::jinja::PROBE_NOW),
                 ..Default::default()
             };
             let full = enc.encode(&messages, &options).unwrap();

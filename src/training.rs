@@ -12,9 +12,9 @@
 //! What is trained is the [`TrainOn`] policy, overridden per message by its `train` key.
 
 use crate::encoder::{EncodeOptions, Encoder};
-use crate::encoding::{EncodedChat, Tracking};
 use crate::error::{Error, Result, TemplateError};
 use crate::message::Message;
+use crate::piece_encoder::{EncodedChat, Tracking};
 
 /// Which tokens the loss mask selects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@ above its own, and the modules import each other without circles.
 
 It reads every ``crate::module`` path in the code of ``src/`` (comments, doc links and
 ``#[cfg(test)]`` code left out: a lower layer's tests may load a checkpoint) and checks each
-against :data:`LAYERS`. Inside a top-level module (``template/``, ``text/``, ``formats/``...)
+against :data:`LAYERS`. Inside a top-level module (``template/``, ``text/``, ``render/``...)
 files use ``super::`` freely; the rule is about modules. A new module must be placed in a layer
 here, or the test fails.
 """
@@ -22,8 +22,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("text encoders and the template engine", ["text", "template"]),
     ("the conversation and the piece stream", ["message", "pieces"]),
     ("checkpoint loading and control tokens", ["checkpoint", "control_tokens"]),
-    ("the piece encoder", ["encoding"]),
-    ("renderers: native formats, the Jinja path, probes, mistral-common", ["formats", "jinja", "probes", "mistral_common"]),
+    ("the piece encoder", ["piece_encoder"]),
+    ("renderers: native formats, the Jinja path, probes, the format choice; mistral-common", ["render", "mistral_common"]),
     ("input preparation and the encoder's origin", ["input", "origin"]),
     ("the encoder facade", ["encoder"]),
     ("built on the encoder", ["batch", "training", "session", "lint", "persist", "packing"]),

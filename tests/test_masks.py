@@ -18,7 +18,7 @@ token, after the ids are equal (the wrapped template renders the same text).
 * The generated edge cases (whitespace, Unicode, control tokens in content) on every format.
 * ``encode_batch`` gives the same masks, flat, and ``labels`` follow them.
 * The Jinja path, forced on every native checkpoint (and DeepSeek V3, gpt-oss): its
-  bodies are derived heuristically (src/jinja.rs ``message_bodies``); agreement with the
+  bodies are derived heuristically (src/render/jinja.rs ``message_bodies``); agreement with the
   wrapped templates is counted, every difference must have a pinned reason
   (:func:`explain_generic_difference`); three chatids bugs it found are regression tests.
 * The mistral-common route: ids equal ``encode_chat_completion``; the mask selects exactly each
@@ -639,7 +639,7 @@ def _has_text(message: dict) -> bool:
 def explain_generic_difference(model: support.Model, messages: list[dict], ref: Reference, ours: list[int]) -> list[str]:
     """Why the Jinja path's mask differs from the wrapped template's, per generation span.
 
-    The Jinja path derives each body from the rendered text (src/jinja.rs
+    The Jinja path derives each body from the rendered text (src/render/jinja.rs
     ``message_bodies``): from the end of the generation prompt before the message's located
     text (else from the text), through the first stop token after it, else a special token
     right after the text, else the text's end. What follows, each pinned in a test below:

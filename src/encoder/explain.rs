@@ -6,22 +6,25 @@ use super::*;
 impl Encoder {
     /// Why this format was chosen, and what was adjusted to match the reference.
     pub fn explain(&self) -> String {
-        let t = match &self.backend {
-            Backend::MistralCommon(mc) => {
-                return format!(
-                    "format {}: the checkpoint ships mistral-common's tokenizer file {}; chatids encodes as \
-                     mistral-common's encode_chat_completion does (pass reference=\"transformers\" for the \
-                     Hugging Face template route)",
-                    mc.name(),
-                    mc.file().display()
-                )
-            }
-            Backend::Template(t) => t,
-        };
-        let name = self.format_name();
+        match &self.backend {
+            Backend::Template(t) => t.explain(self.format_name()),
+            Backend::MistralCommon(mc) => format!(
+                "format {}: the checkpoint ships mistral-common's tokenizer file {}; chatids encodes as \
+                 mistral-common's encode_chat_completion does (pass reference=\"transformers\" for the \
+                 Hugging Face template route)",
+                mc.name(),
+                mc.file().display()
+            ),
+        }
+    }
+}
+
+impl TemplateRoute {
+    /// [`Encoder::explain`] on the transformers route; `name` is the format's name.
+    fn explain(&self, name: &str) -> String {
         let mut lines = vec![format!(
             "chat template: {} (sha256 {})",
-            t.template_source, t.template_fingerprint
+            self.template_source, self.template_fingerprint
         )];
         let refused = |report: &ProbeReport, lines: &mut Vec<String>| {
             for (probe, why) in &report.refused {
@@ -43,7 +46,7 @@ impl Encoder {
                 ));
             }
         };
-        match &t.format_choice {
+        match &self.format_choice {
             FormatChoice::Probed {
                 report,
                 official,
@@ -89,7 +92,7 @@ impl Encoder {
             FormatChoice::External => lines.push(format!(
                 "format {name}: chatids' Jinja engine cannot compile the template ({}); the Python layer renders it with \
                  jinja2 (as transformers does) and chatids encodes the text",
-                match &t.renderer {
+                match &self.renderer {
                     Renderer::External { reason } => reason.as_str(),
                     _ => "",
                 }
@@ -98,10 +101,10 @@ impl Encoder {
                 "format {name}: the caller asked for the Jinja path (the checkpoint's template rendered by chatids' Jinja engine)"
             )),
         }
-        if let Some(note) = &t.checkpoint_note {
+        if let Some(note) = &self.checkpoint_note {
             lines.push(format!("tokenizer: {note}"));
         }
-        lines.push(t.text.describe());
+        lines.push(self.text.describe());
         lines.join("\n")
     }
 }

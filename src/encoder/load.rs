@@ -1,6 +1,6 @@
 //! Loading an [`Encoder`]: the route (transformers or mistral-common), the checkpoint's files,
 //! and the format choice: which native format, if any, reproduces the checkpoint's template
-//! on every probe conversation (see [`crate::probes`]), else the Jinja path.
+//! on every probe conversation (see [`crate::render::probes`]), else the Jinja path.
 
 use std::path::Path;
 
@@ -120,7 +120,7 @@ impl Encoder {
     /// Build a transformers-route encoder from a loaded checkpoint (see [`Encoder::from_dir`]).
     ///
     /// Without `format`, the checkpoint's template decides: a native format is used only if it
-    /// renders every probe conversation exactly as the template does ([`crate::probes`]);
+    /// renders every probe conversation exactly as the template does ([`crate::render::probes`]);
     /// otherwise the Jinja path renders the template itself. `format="jinja"` forces the
     /// Jinja path; a native format name forces that format (the probes still report whether
     /// it matches, see [`Encoder::explain`]).
@@ -167,9 +167,9 @@ impl Encoder {
     ) -> Result<Self> {
         let compiled = ChatTemplate::compile(&checkpoint.chat_template)
             .map(|t| JinjaFormat::new(t, &checkpoint));
-        let official = formats::identify(&checkpoint.chat_template);
+        let official = native::identify(&checkpoint.chat_template);
         let (renderer, format_choice) = match format {
-            Some(crate::jinja::FORMAT_NAME) => {
+            Some(crate::render::jinja::FORMAT_NAME) => {
                 if let Err(e) = &compiled {
                     return Err(Error::Load(format!(
                         "the chat template cannot be compiled by chatids' Jinja engine: {e}"
@@ -178,7 +178,7 @@ impl Encoder {
                 (Renderer::Jinja, FormatChoice::ExplicitJinja)
             }
             Some(name) => {
-                let native = formats::build(name, &checkpoint)?;
+                let native = native::build(name, &checkpoint)?;
                 let report = compiled
                     .as_ref()
                     .ok()
@@ -186,7 +186,11 @@ impl Encoder {
                 (Renderer::Native(native), FormatChoice::Explicit { report })
             }
             None => match &compiled {
-                Ok(jinja) => choose_format(&checkpoint, jinja, official.map(|(n, _)| n)),
+                Ok(jinja) => {
+                    let (native, choice) =
+                        crate::render::choose::choose(&checkpoint, jinja, official.map(|(n, _)| n));
+                    (native.map_or(Renderer::Jinja, Renderer::Native), choice)
+                }
                 Err(e) if allow_external => (
                     Renderer::External { reason: e.clone() },
                     FormatChoice::External,
@@ -294,7 +298,7 @@ impl Encoder {
             newline_ids,
             post_processor_bos,
             checkpoint_note: checkpoint.compat_note.clone(),
-            template_fingerprint: formats::template_fingerprint(&checkpoint.chat_template),
+            template_fingerprint: native::template_fingerprint(&checkpoint.chat_template),
         };
         Ok(Encoder {
             backend: Backend::Template(Box::new(route)),
@@ -303,86 +307,5 @@ impl Encoder {
             stop_token_ids_for_tool_calls,
             origin: Origin::checkpoint(checkpoint, format, allow_external),
         })
-    }
-}
-
-/// Why a probed native format was not chosen, in one line.
-fn rejection(report: &ProbeReport) -> String {
-    match &report.difference {
-        Some(d) => match d.kind {
-            DifferenceKind::Refuses => format!(
-                "it refuses probe \"{}\" that the template renders: {}",
-                d.probe, d.detail
-            ),
-            DifferenceKind::TemplateRaises => format!("probe \"{}\": {}", d.probe, d.detail),
-            DifferenceKind::Text => format!("probe \"{}\" differs {}", d.probe, d.detail),
-        },
-        None => format!(
-            "it reproduces the template too, but refuses {} and hands {} probes to the template",
-            report.refused.len(),
-            report.delegated.len()
-        ),
-    }
-}
-
-/// Probe the native formats against the checkpoint's template. The format whose official
-/// template it is byte for byte serves if it reproduces it; otherwise every native format
-/// whose tokens the vocabulary has is probed, and of those that reproduce the template the
-/// one with the fewest refusals wins, then the one that hands the fewest probes to the
-/// template, then the first in [`formats::FORMAT_NAMES`]. If none does, the Jinja path.
-fn choose_format(
-    checkpoint: &Checkpoint,
-    jinja: &JinjaFormat,
-    official: Option<&'static str>,
-) -> (Renderer, FormatChoice) {
-    let mut rejected = Vec::new();
-    if let Some(name) = official {
-        if let Ok(native) = formats::build(name, checkpoint) {
-            let report = probes::check(native.as_ref(), jinja);
-            if report.matches() {
-                let choice = FormatChoice::Probed {
-                    report,
-                    official: None,
-                    rejected,
-                };
-                return (Renderer::Native(native), choice);
-            }
-            rejected.push((name, rejection(&report)));
-        }
-    }
-    let mut best: Option<(Box<dyn ChatFormat>, ProbeReport)> = None;
-    let rank = |r: &ProbeReport| (r.refused.len(), r.delegated.len());
-    for name in formats::FORMAT_NAMES
-        .iter()
-        .copied()
-        .filter(|n| Some(*n) != official)
-    {
-        let Ok(native) = formats::build(name, checkpoint) else {
-            continue; // the vocabulary lacks the format's tokens
-        };
-        let report = probes::check(native.as_ref(), jinja);
-        if !report.matches() {
-            rejected.push((name, rejection(&report)));
-            continue;
-        }
-        match &best {
-            Some((_, b)) if rank(b) <= rank(&report) => rejected.push((name, rejection(&report))),
-            _ => {
-                if let Some((f, r)) = best.replace((native, report)) {
-                    rejected.push((f.name(), rejection(&r)));
-                }
-            }
-        }
-    }
-    match best {
-        Some((native, report)) => (
-            Renderer::Native(native),
-            FormatChoice::Probed {
-                report,
-                official: None,
-                rejected,
-            },
-        ),
-        None => (Renderer::Jinja, FormatChoice::Jinja { rejected }),
     }
 }

@@ -6,16 +6,16 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::control_tokens::{ControlTokens, TokenSplitter};
-use crate::encoding::{EncodedChat, PieceEncoder, Tracking};
 use crate::error::{Error, Refusal, Result, TemplateError};
-use crate::formats::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::input::tools;
-use crate::jinja::{JinjaFormat, JinjaRequest};
 use crate::message::Message;
 use crate::mistral_common::MistralCommon;
 use crate::origin::Origin;
+use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::Pieces;
-use crate::probes::{self, DifferenceKind, ProbeReport};
+use crate::render::jinja::{JinjaFormat, JinjaRequest};
+use crate::render::native::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
+use crate::render::probes::{self, ProbeReport};
 use crate::template::ChatTemplate;
 use crate::text::{EncoderChoice, Selected, TextEncoder, TextOptions};
 
@@ -24,6 +24,7 @@ mod load;
 mod render;
 
 pub use crate::input::EncodeOptions;
+pub use crate::render::choose::FormatChoice;
 
 /// The template arguments every template is given by transformers besides its special tokens
 /// ([`crate::checkpoint::SPECIAL_TOKEN_NAMES`]), accepted whether or not the template reads them.
@@ -104,38 +105,6 @@ impl Route {
             ))),
         }
     }
-}
-
-/// How the format of an [`Encoder`] was chosen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FormatChoice {
-    /// The native format renders every probe conversation exactly as the checkpoint's template
-    /// does (see [`crate::probes`]).
-    Probed {
-        /// The probe results (including inputs the native format refuses or delegates).
-        report: ProbeReport,
-        /// Where the official template comes from, when the checkpoint's template is
-        /// byte-for-byte that one.
-        official: Option<&'static str>,
-        /// The other native formats probed, and why each was not chosen.
-        rejected: Vec<(&'static str, String)>,
-    },
-    /// No native format reproduces the template: the Jinja path renders it. For each native
-    /// format whose tokens the vocabulary has, the first probe where it differs.
-    Jinja {
-        /// `(format, why it was not used)`.
-        rejected: Vec<(&'static str, String)>,
-    },
-    /// The caller named the native format.
-    Explicit {
-        /// The probe results against the checkpoint's template (`None`: the template cannot
-        /// be compiled, so it was not checked).
-        report: Option<ProbeReport>,
-    },
-    /// The caller asked for the Jinja path (`format="jinja"`).
-    ExplicitJinja,
-    /// The template cannot be compiled; the caller renders it (see [`Encoder::encode_rendered`]).
-    External,
 }
 
 /// What renders the conversation on the transformers route.
@@ -250,8 +219,8 @@ impl Encoder {
         match &self.backend {
             Backend::Template(t) => match &t.renderer {
                 Renderer::Native(f) => f.name(),
-                Renderer::Jinja => crate::jinja::FORMAT_NAME,
-                Renderer::External { .. } => crate::jinja::EXTERNAL_FORMAT_NAME,
+                Renderer::Jinja => crate::render::jinja::FORMAT_NAME,
+                Renderer::External { .. } => crate::render::jinja::EXTERNAL_FORMAT_NAME,
             },
             Backend::MistralCommon(mc) => mc.name(),
         }
@@ -283,14 +252,17 @@ impl Encoder {
 
     /// Encode a prompt the caller rendered from the checkpoint's template, as transformers
     /// encodes `apply_chat_template`'s text: added tokens matched; with `marked`, the text was
-    /// rendered from inputs marked as [`crate::jinja`] marks them, and every marked control
+    /// rendered from inputs marked as [`crate::render::jinja`] marks them, and every marked control
     /// token is encoded as plain text. Tokens carry no message index.
     pub fn encode_rendered(&self, rendered: &str, marked: bool) -> Result<Vec<u32>> {
         let t = self.template().ok_or_else(|| {
             Error::Load("encode_rendered applies to the transformers route".into())
         })?;
-        let pieces =
-            crate::jinja::split_rendered(rendered, &[], marked.then_some(&t.control_tokens))?;
+        let pieces = crate::render::jinja::split_rendered(
+            rendered,
+            &[],
+            marked.then_some(&t.control_tokens),
+        )?;
         let encoder = t.piece_encoder(marked);
         let mut out = EncodedChat::default();
         encoder.encode(pieces.as_slice(), Tracking::default(), &mut out)?;

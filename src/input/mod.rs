@@ -12,9 +12,9 @@
 use std::borrow::Cow;
 
 use crate::error::TemplateError;
-use crate::formats::SystemPolicy;
 use crate::message::{Message, TemplateArgs};
 use crate::pieces::Pieces;
+use crate::render::native::SystemPolicy;
 use crate::template::DateTime;
 
 pub mod policies;

@@ -6,7 +6,7 @@
 //!   enforce user/assistant alternation raise on such conversations otherwise. Messages with
 //!   different `train` keys are not merged (an error).
 //!
-//! (`system="fold"` / `"error"` is a per-format decision and lives in [`crate::formats`].)
+//! (`system="fold"` / `"error"` is a per-format decision and lives in [`crate::render::native`].)
 
 use crate::error::TemplateError;
 use crate::message::{Content, Message};

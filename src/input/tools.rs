@@ -4,7 +4,7 @@
 //! Native formats render plain conversations. A tool conversation — a non-`None` template
 //! argument in [`TOOL_ARGUMENTS`] (`tools=`...), an assistant message with `tool_calls`, or a
 //! tool result message (role in [`TOOL_RESULT_ROLES`]) — is rendered by the checkpoint's own
-//! template on the Jinja path ([`crate::jinja`]) whenever the native format was verified
+//! template on the Jinja path ([`crate::render::jinja`]) whenever the native format was verified
 //! against that template: the template is the authority on how a checkpoint writes tool
 //! definitions, calls and results (JSON layout, `Environment: ipython`, call ids, grouping of
 //! results), and the Jinja path reproduces `apply_chat_template` exactly, tool results and

@@ -37,9 +37,9 @@ pub mod schema;
 use std::path::{Path, PathBuf};
 
 use crate::control_tokens::ControlTokens;
-use crate::encoding::{EncodedChat, Tracking};
 use crate::error::{Error, Result, TemplateError};
 use crate::message::Message;
+use crate::piece_encoder::{EncodedChat, Tracking};
 use crate::text::sentencepiece::SentencePieceBpe;
 use crate::text::tekken::Tekken;
 use json::PyJson;

@@ -311,26 +311,8 @@ impl PyEncoder {
         texts: Vec<String>,
         marked: bool,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>)> {
-        use rayon::prelude::*;
-        let encoded = py.detach(|| {
-            guarded(|| {
-                // On chatids' own pool, never rayon's global one (see `batch::install`).
-                crate::batch::install(None, || {
-                    texts
-                        .par_iter()
-                        .map(|t| self.inner.encode_rendered(t, marked))
-                        .collect::<Result<Vec<_>, _>>()
-                })?
-            })
-        })?;
-        let mut offsets = Vec::with_capacity(encoded.len() + 1);
-        offsets.push(0i64);
-        let mut ids = Vec::new();
-        for one in encoded {
-            ids.extend_from_slice(&one);
-            offsets.push(ids.len() as i64);
-        }
-        Ok((ids.into_pyarray(py), offsets.into_pyarray(py)))
+        let batch = py.detach(|| guarded(|| self.inner.encode_rendered_batch(&texts, marked)))?;
+        Ok((batch.ids.into_pyarray(py), batch.offsets.into_pyarray(py)))
     }
 
     /// Whether rendering calls the template's `strftime_now()` (pass `now`).

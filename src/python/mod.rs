@@ -96,7 +96,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ChatTemplateError", template_error)?;
     m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("FORMATS", crate::formats::FORMAT_NAMES.to_vec())?;
+    m.add("FORMATS", crate::render::native::FORMAT_NAMES.to_vec())?;
     m.add(
         "MISTRAL_COMMON_FORMATS",
         crate::mistral_common::FORMAT_NAMES.to_vec(),

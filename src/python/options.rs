@@ -13,8 +13,8 @@ use super::to_py_err;
 use crate::batch::BatchOptions;
 use crate::encoder::EncodeOptions;
 use crate::error::TemplateError;
-use crate::formats::SystemPolicy;
 use crate::lint::LintContext;
+use crate::render::native::SystemPolicy;
 use crate::session::OnRewrite;
 use crate::training::TrainingOptions;
 

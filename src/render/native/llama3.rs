@@ -84,7 +84,6 @@ impl Llama3 {
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
-        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
         out.token(&self.bos);
         for i in 0..request.messages.len() {
             rules::no_tool_calls(request.messages, i, self.name())?;
@@ -99,7 +98,6 @@ impl Llama3 {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
-        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
         let date = match self.variant {
             Llama3Variant::Llama32 => {
                 rules::clock_value(request, "date_string", "%d %b %Y", true, self.name())?
@@ -162,13 +160,11 @@ impl ChatFormat for Llama3 {
         }
     }
 
-    fn render<'a>(
+    fn write<'a>(
         &'a self,
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
-        rules::not_empty(request.messages)?;
-        rules::system_policy(request, super::SystemSlot::Native, self.name())?;
         match self.variant {
             Llama3Variant::Llama3 => self.render_llama3(request, out)?,
             Llama3Variant::Llama31 | Llama3Variant::Llama32 => self.render_llama31(request, out)?,

@@ -115,7 +115,7 @@ impl Gemma {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
-        let has_system = rules::system_policy(request, SystemSlot::Unsupported, self.name())?;
+        let has_system = rules::starts_with_system(messages);
         if has_system && request.system != SystemPolicy::Fold {
             return Err(TemplateError::at(
                 0,
@@ -165,7 +165,7 @@ impl Gemma {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
-        let has_system = rules::system_policy(request, SystemSlot::FoldedByTemplate, self.name())?;
+        let has_system = rules::starts_with_system(messages);
         let first = usize::from(has_system);
         rules::alternation(messages, first, ALTERNATION)?;
         if first == messages.len() {
@@ -224,13 +224,11 @@ impl ChatFormat for Gemma {
         }
     }
 
-    fn render<'a>(
+    fn write<'a>(
         &'a self,
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
-        rules::not_empty(request.messages)?;
-        rules::known_kwargs(request.kwargs, &[], self.name())?;
         out.token(&self.bos);
         match self.variant {
             GemmaVariant::Gemma => self.render_gemma(request, out)?,

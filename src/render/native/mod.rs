@@ -98,12 +98,28 @@ pub trait ChatFormat: Send + Sync {
     /// The format's name (`"llama-3.1"`, `"qwen3"`, ...).
     fn name(&self) -> &'static str;
 
-    /// Emit the pieces of `request` into `out`.
-    fn render<'a>(
+    /// Emit the pieces of `request` into `out`. The checks every format declares rather than
+    /// repeats have passed ([`ChatFormat::render`]): the conversation has a message, every
+    /// template argument is one of [`ChatFormat::template_args`], and the `system=` option
+    /// fits [`ChatFormat::system_slot`].
+    fn write<'a>(
         &'a self,
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError>;
+
+    /// Check `request` against what the format declares, then [`ChatFormat::write`] it. Formats
+    /// implement `write`, never this.
+    fn render<'a>(
+        &'a self,
+        request: &RenderRequest<'a>,
+        out: &mut Pieces<'a>,
+    ) -> Result<(), TemplateError> {
+        rules::not_empty(request.messages)?;
+        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
+        rules::system_policy(request, self.system_slot(), self.name())?;
+        self.write(request, out)
+    }
 
     /// The token texts that end an assistant turn in this format (resolved against the
     /// vocabulary; missing ones are skipped).
@@ -521,14 +537,19 @@ pub(crate) mod rules {
         Ok(())
     }
 
-    /// Apply the `system=` option's checks common to all formats. Returns whether the
-    /// conversation starts with a system message.
+    /// Whether the conversation starts with a system message.
+    pub fn starts_with_system(messages: &[Message]) -> bool {
+        messages.first().is_some_and(|m| m.role == "system")
+    }
+
+    /// Apply the `system=` option's checks common to all formats (see [`ChatFormat::render`]).
+    /// Returns whether the conversation starts with a system message.
     pub fn system_policy(
         request: &RenderRequest<'_>,
         slot: SystemSlot,
         format: &str,
     ) -> Result<bool, TemplateError> {
-        let has_system = request.messages.first().is_some_and(|m| m.role == "system");
+        let has_system = starts_with_system(request.messages);
         match (request.system, slot) {
             (SystemPolicy::Fold, SystemSlot::Native) => Err(TemplateError::whole(format!(
                 "format {format} has a system turn; system=\"fold\" is for formats without one"

@@ -111,7 +111,7 @@ impl Mistral {
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
         let name = self.name();
-        let has_system = rules::system_policy(request, SystemSlot::FoldedByTemplate, name)?;
+        let has_system = rules::starts_with_system(messages);
         let first = usize::from(has_system);
         for i in 0..messages.len() {
             rules::no_tool_calls(messages, i, name)?;
@@ -210,7 +210,6 @@ impl Mistral {
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
         let name = self.name();
-        rules::system_policy(request, SystemSlot::Native, name)?;
         for i in 0..messages.len() {
             rules::no_tool_calls(messages, i, name)?;
             if !matches!(messages[i].role.as_str(), "user" | "system" | "assistant") {
@@ -282,13 +281,11 @@ impl ChatFormat for Mistral {
         }
     }
 
-    fn render<'a>(
+    fn write<'a>(
         &'a self,
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
-        rules::not_empty(request.messages)?;
-        rules::known_kwargs(request.kwargs, &[], self.name())?;
         match self.variant {
             MistralVariant::V7 | MistralVariant::V7Tekken => self.render_v7(request, out),
             _ => self.render_v1_v3(request, out),

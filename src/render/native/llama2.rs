@@ -42,15 +42,13 @@ impl ChatFormat for Llama2 {
         "llama-2"
     }
 
-    fn render<'a>(
+    fn write<'a>(
         &'a self,
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
-        rules::not_empty(messages)?;
-        rules::known_kwargs(request.kwargs, &[], self.name())?;
-        let has_system = rules::system_policy(request, SystemSlot::FoldedByTemplate, self.name())?;
+        let has_system = rules::starts_with_system(messages);
         let first = usize::from(has_system);
         rules::alternation(messages, first, ALTERNATION)?;
         if first == messages.len() {

@@ -270,14 +270,11 @@ impl ChatFormat for Chatml {
         }
     }
 
-    fn render<'a>(
+    fn write<'a>(
         &'a self,
         request: &RenderRequest<'a>,
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
-        rules::not_empty(request.messages)?;
-        rules::system_policy(request, super::SystemSlot::Native, self.name())?;
-        rules::known_kwargs(request.kwargs, self.template_args(), self.name())?;
         match self.variant {
             ChatmlVariant::Plain | ChatmlVariant::Qwen2 => self.render_plain(request, out)?,
             ChatmlVariant::Qwen25 | ChatmlVariant::Qwen3 => self.render_qwen(request, out)?,

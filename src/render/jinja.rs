@@ -7,7 +7,7 @@
 //!   template keyword arguments.
 //! * With `sanitize_control_tokens`, every control token inside a caller string is wrapped in
 //!   private-use markers before rendering (transformers' `mark_control_tokens`); after
-//!   rendering, marked tokens become content pieces that the [`crate::encoding`] sanitizer
+//!   rendering, marked tokens become content pieces that the [`crate::piece_encoder`] sanitizer
 //!   encodes as plain text, everything else is template text with added tokens matched. One
 //!   deliberate difference: transformers deletes marker characters (U+F0000, U+F0001) that
 //!   the caller's text already contains; chatids keeps them as text.
@@ -54,7 +54,7 @@ pub struct JinjaRequest<'a> {
     /// Append the header of a new assistant turn.
     pub add_generation_prompt: bool,
     /// Template keyword arguments (`tools` and `documents` are passed as those variables).
-    pub kwargs: &'a crate::formats::TemplateArgs,
+    pub kwargs: &'a crate::render::native::TemplateArgs,
     /// What `strftime_now()` returns; `None` makes a template that reads the clock fail.
     pub now: Option<DateTime>,
 }
@@ -117,7 +117,7 @@ impl JinjaFormat {
     fn find_generation_prompt(&self) -> Option<String> {
         let messages = [Message::new("user", "Hi")];
         let render = |add_generation_prompt| {
-            let kwargs = crate::formats::TemplateArgs::new();
+            let kwargs = crate::render::native::TemplateArgs::new();
             let request = JinjaRequest {
                 add_generation_prompt,
                 kwargs: &kwargs,

@@ -1,6 +1,6 @@
 //! Choosing a native format by behaviour: a native format serves a checkpoint only if it
 //! renders a fixed, varied set of probe conversations exactly as the checkpoint's own
-//! template does (rendered by the Jinja path, [`crate::jinja`]).
+//! template does (rendered by the Jinja path, [`crate::render::jinja`]).
 //!
 //! The probes cover what templates branch on: a system message or none (single, multi-line,
 //! system only), one to four turns, consecutive turns of one role, a conversation that starts
@@ -25,10 +25,10 @@
 //! one that delegates less.
 
 use crate::error::{Refusal, TemplateError};
-use crate::formats::{ArgKind, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
-use crate::jinja::{JinjaFormat, JinjaRequest, PROBE_NOW};
 use crate::message::{Content, ContentPart, Message, TemplateValue};
 use crate::pieces::Pieces;
+use crate::render::jinja::{JinjaFormat, JinjaRequest, PROBE_NOW};
+use crate::render::native::{ArgKind, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::template::DateTime;
 
 /// One probe conversation.
