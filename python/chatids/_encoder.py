@@ -347,9 +347,10 @@ class Encoder:
         ``"right"``) bounds the length; :meth:`encode_detailed` reports what was cut.
         """
         options = call_options(locals(), self._core.reads_clock)
-        if not options.training:
+        if not return_assistant_mask and max_length is None and truncation is None and train_on == "all_assistant":
             return self._route.encode(messages, options)
-        chat = self._encoded_chat(messages, options._replace(provenance=True))
+        options["provenance"] = True
+        chat = self._encoded_chat(messages, options)
         return chat if return_assistant_mask else chat.ids
 
     def encode_detailed(
@@ -369,7 +370,9 @@ class Encoder:
     ) -> EncodedChat:
         """Like :meth:`encode`, with each token's message index and origin, the loss mask and
         labels when asked, and what truncation cut."""
-        return self._encoded_chat(messages, call_options(locals(), self._core.reads_clock, provenance=True))
+        options = call_options(locals(), self._core.reads_clock)
+        options["provenance"] = True
+        return self._encoded_chat(messages, options)
 
     def _encoded_chat(self, messages: Conversation, options: CallOptions) -> EncodedChat:
         ids, mask, cut, message_indices, from_content = self._route.encode_training(messages, options)

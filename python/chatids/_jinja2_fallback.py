@@ -206,20 +206,33 @@ class Jinja2Route:
 
     @staticmethod
     def _refuse_unsupported(options: CallOptions) -> None:
-        if options.system is not None or options.merge_consecutive or options.continue_final_message:
+        if (
+            options.get("system") is not None
+            or options.get("merge_consecutive")
+            or options.get("continue_final_message")
+        ):
             raise ChatTemplateError(
                 "system=, merge_consecutive= and continue_final_message= need chatids' own template engine "
                 "(not the jinja2 fallback)"
             )
-        if options.return_assistant_mask or options.max_length is not None or options.truncation is not None:
+        if (
+            options.get("return_assistant_mask")
+            or options.get("max_length") is not None
+            or options.get("truncation") is not None
+        ):
             raise ChatTemplateError(
                 "return_assistant_mask= and max_length= need chatids' own template engine (not the jinja2 fallback)"
             )
 
     def _render(self, messages: Sequence[Any], options: CallOptions, marked: bool) -> str:
-        clock = None if options.now is None else datetime(*options.now)
+        now = options.get("now")
+        clock = None if now is None else datetime(*now)
         return self._renderer.render(
-            messages, options.add_generation_prompt, options.template_kwargs or {}, clock, marked=marked
+            messages,
+            bool(options.get("add_generation_prompt")),
+            options.get("template_kwargs") or {},
+            clock,
+            marked=marked,
         )
 
     def render(self, messages: Sequence[Any], options: CallOptions) -> str:
@@ -240,16 +253,17 @@ class Jinja2Route:
         self, conversations: Sequence[Sequence[Any]], options: CallOptions
     ) -> tuple[np.ndarray, np.ndarray, None, list[Any], list[tuple[int, str]]]:
         self._refuse_unsupported(options)
-        if options.on_error not in ("raise", "collect"):
-            raise ChatTemplateError(f'on_error must be "raise" or "collect", not {options.on_error!r}')
-        sanitize = options.sanitize_control_tokens
+        on_error = options.get("on_error") or "raise"
+        if on_error not in ("raise", "collect"):
+            raise ChatTemplateError(f'on_error must be "raise" or "collect", not {on_error!r}')
+        sanitize = options.get("sanitize_control_tokens", True)
         texts = []
         errors: list[tuple[int, str]] = []
         for c, conversation in enumerate(conversations):
             try:
                 texts.append(self._render(conversation, options, marked=sanitize))
             except ChatTemplateError as e:
-                if options.on_error == "raise":
+                if on_error == "raise":
                     raise ChatTemplateError(f"conversation {c}: {e}") from e
                 errors.append((c, str(e)))
                 texts.append("")

@@ -8,13 +8,7 @@ impl Encoder {
     pub fn explain(&self) -> String {
         match &self.backend {
             Backend::Template(t) => t.explain(self.format_name()),
-            Backend::MistralCommon(mc) => format!(
-                "format {}: the checkpoint ships mistral-common's tokenizer file {}; chatids encodes as \
-                 mistral-common's encode_chat_completion does (pass reference=\"transformers\" for the \
-                 Hugging Face template route)",
-                mc.name(),
-                mc.file().display()
-            ),
+            Backend::MistralCommon(mc) => mc.explain(),
         }
     }
 }

@@ -306,6 +306,17 @@ impl MistralCommon {
         &self.file
     }
 
+    /// Why this route encodes the checkpoint, in one line (`Encoder::explain`).
+    pub fn explain(&self) -> String {
+        format!(
+            "format {}: the checkpoint ships mistral-common's tokenizer file {}; chatids encodes as \
+             mistral-common's encode_chat_completion does (pass reference=\"transformers\" for the \
+             Hugging Face template route)",
+            self.name(),
+            self.file.display()
+        )
+    }
+
     /// The tekken tokenizer, when the file is `tekken.json` (its state is written from it, see
     /// [`crate::persist`]).
     pub(crate) fn tekken(&self) -> Option<&Tekken> {
