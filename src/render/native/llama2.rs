@@ -48,13 +48,8 @@ impl ChatFormat for Llama2 {
         out: &mut Pieces<'a>,
     ) -> Result<(), TemplateError> {
         let messages = request.messages;
-        let has_system = rules::starts_with_system(messages);
-        let first = usize::from(has_system);
-        rules::alternation(messages, first, ALTERNATION)?;
-        if first == messages.len() {
-            return Err(TemplateError::at(0, "a system message needs a user message to be folded into; the template would drop it")
-                .with(Refusal::Dropped));
-        }
+        let first = rules::folded_system_turns(messages, ALTERNATION)?;
+        let has_system = first == 1;
         for i in 0..messages.len() {
             rules::no_tool_calls(messages, i, self.name())?;
             rules::text(messages, i, self.name())?;

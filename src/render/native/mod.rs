@@ -542,6 +542,23 @@ pub(crate) mod rules {
         messages.first().is_some_and(|m| m.role == "system")
     }
 
+    /// The turns of a template that folds a leading system message into the first user turn
+    /// and requires alternation after it (`rule`: the template's own message). Returns the
+    /// index of the first turn (1 after a system message). A system message with no user turn
+    /// to be folded into is refused: the template would drop it.
+    pub fn folded_system_turns(messages: &[Message], rule: &str) -> Result<usize, TemplateError> {
+        let first = usize::from(starts_with_system(messages));
+        alternation(messages, first, rule)?;
+        if first == messages.len() {
+            return Err(TemplateError::at(
+                0,
+                "a system message needs a user message to be folded into; the template would drop it",
+            )
+            .with(Refusal::Dropped));
+        }
+        Ok(first)
+    }
+
     /// Apply the `system=` option's checks common to all formats (see [`ChatFormat::render`]).
     /// Returns whether the conversation starts with a system message.
     pub fn system_policy(
