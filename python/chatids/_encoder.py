@@ -346,9 +346,29 @@ class Encoder:
         ``max_length`` with ``truncation`` (``"error"``, the default; ``"drop_oldest_turns"``;
         ``"right"``) bounds the length; :meth:`encode_detailed` reports what was cut.
         """
-        options = call_options(locals(), self._core.reads_clock)
         if not return_assistant_mask and max_length is None and truncation is None and train_on == "all_assistant":
-            return self._route.encode(messages, options)
+            if (
+                system is None
+                and not merge_consecutive
+                and not continue_final_message
+                and "now" not in template_kwargs
+                and not self._core.reads_clock
+            ):
+                # The serving hot path: every other option has its default, so the options
+                # dict holds only what differs (a missing key is the default; see CallOptions).
+                # Building it from locals() costs more than the rest of a short prompt's
+                # Python. tests/test_options.py checks that every parameter still reaches
+                # the core.
+                return self._route.encode(
+                    messages,
+                    {
+                        "add_generation_prompt": add_generation_prompt,
+                        "sanitize_control_tokens": sanitize_control_tokens,
+                        "template_kwargs": template_kwargs,
+                    },
+                )
+            return self._route.encode(messages, call_options(locals(), self._core.reads_clock))
+        options = call_options(locals(), self._core.reads_clock)
         options["provenance"] = True
         chat = self._encoded_chat(messages, options)
         return chat if return_assistant_mask else chat.ids

@@ -5,8 +5,11 @@ the API) and hands them on as one dict, its own arguments by name (:func:`call_o
 its route: the compiled core, which converts the dict once into its Rust options
 (``src/python/options.rs``), or the jinja2 fallback, which reads the same keys. A new option is
 one key here, one field in the Rust conversion, and a parameter of the public methods that
-offer it. Building the dict costs a few hundred nanoseconds, which matters on a serving hot
-path where a whole encode takes tens of microseconds.
+offer it. Building the dict from ``locals()`` costs about 1.5 microseconds, which matters on a
+serving hot path where a short prompt takes ten; so ``Encoder.encode``, when every option but
+the generation prompt, sanitizing and the template arguments has its default, sends only those
+keys (a missing key is the default). ``tests/test_options.py`` checks that every parameter of
+every public method reaches the core.
 """
 
 from __future__ import annotations
