@@ -108,6 +108,8 @@ pub enum Error {
     Load(String),
     /// The text encoder failed on some input.
     Tokenizer(String),
+    /// A completion's ids cannot be read (an id outside the vocabulary).
+    Completion(String),
 }
 
 impl fmt::Display for Error {
@@ -116,6 +118,7 @@ impl fmt::Display for Error {
             Error::Template(e) => e.fmt(f),
             Error::Load(msg) => write!(f, "{msg}"),
             Error::Tokenizer(msg) => write!(f, "tokenizer error: {msg}"),
+            Error::Completion(msg) => write!(f, "{msg}"),
         }
     }
 }

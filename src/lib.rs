@@ -16,7 +16,9 @@
 //! 3. [`piece_encoder`] turns the piece stream into ids: tokens as ids, each run of text through
 //!    the [`text::TextEncoder`], control tokens in content neutralised
 //!    ([`control_tokens`]).
-//! 4. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
+//! 4. [`completion`] reads the way back: a completion's ids to the assistant message, by the
+//!    format's [`completion::Grammar`], one id at a time.
+//! 5. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
 //!    parallel (on chatids' own thread pools, safe after `fork()`); [`persist`] turns an
 //!    encoder into bytes and back (Python pickles encoders by value with it).
 //!
@@ -35,6 +37,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod completion;
 pub mod control_tokens;
 pub mod encoder;
 pub mod error;

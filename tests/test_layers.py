@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("the conversation and the piece stream", ["message", "pieces"]),
     ("checkpoint loading and control tokens", ["checkpoint", "control_tokens"]),
     ("the piece encoder", ["piece_encoder"]),
+    ("completion grammars and the parser that reads a completion back", ["completion"]),
     ("renderers: native formats, the Jinja path, probes, the format choice; mistral-common", ["render", "mistral_common"]),
     ("input preparation and the encoder's origin", ["input", "origin"]),
     ("the encoder facade", ["encoder"]),

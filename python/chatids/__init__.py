@@ -9,6 +9,7 @@ template, and safe against special-token injection by default::
 """
 
 from ._core import ChatTemplateError, CheckpointError, __version__
+from ._completion import CompletionStream, ParsedCompletion
 from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding
 from ._training import Truncation
 from ._integrations import RayEncode, hf_map
@@ -21,12 +22,14 @@ __all__ = [
     "Batch",
     "ChatTemplateError",
     "CheckpointError",
+    "CompletionStream",
     "EncodedChat",
     "Encoder",
     "Finding",
     "RayEncode",
     "Session",
     "Packed",
+    "ParsedCompletion",
     "Padded",
     "Truncation",
     "__version__",

@@ -10,6 +10,7 @@ from ._options import CallOptions
 __all__ = [
     "Encoder",
     "Session",
+    "CompletionStream",
     "_sentencepiece_encode",
     "_tekken_encode",
     "_jinja_render",
@@ -85,6 +86,11 @@ class Session:
     def message_count(self) -> int: ...
 
 @final
+class CompletionStream:
+    def feed(self, ids: list[int]) -> list[dict[str, Any]]: ...
+    def finish(self) -> list[dict[str, Any]]: ...
+
+@final
 class Encoder:
     @staticmethod
     def from_pretrained(
@@ -123,6 +129,9 @@ class Encoder:
     @property
     def append_rewrites(self) -> Optional[list[str]]: ...
     def session(self, options: CallOptions) -> Session: ...
+    def parse_completion(self, ids: list[int]) -> dict[str, Any]: ...
+    def stream_parser(self) -> CompletionStream: ...
+    def decode(self, ids: list[int]) -> str: ...
     @property
     def template_args(self) -> Optional[list[str]]: ...
     @property

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _core
 from ._jinja2_fallback import Jinja2Renderer, Jinja2Route
+from ._completion import CompletionStream, ParsedCompletion, _parsed
 from ._options import CallOptions, call_options
 from ._training import Packed, Padded, Truncation, pack, to_padded
 
@@ -456,6 +457,30 @@ class Encoder:
             truncations={i: _truncation(t) for i, t in cuts},
         )
 
+    def parse_completion(self, ids: Any) -> ParsedCompletion:
+        """Read the ids a model generated after the generation prompt back into an assistant
+        message, by the format's grammar (see docs/parsing.md).
+
+        ``ids`` is a list or 1-D array of ints: everything generated, the stop token included
+        when one came. The message has the shape :meth:`encode` takes, with ``content``, the
+        reasoning and ``tool_calls``; ``stop`` says what ended the turn (``"length"``: no stop
+        token). Text the grammar cannot place is kept in ``remainder``, never dropped. An id
+        outside the vocabulary raises ``ValueError`` naming its index. Formats on the Jinja
+        path have no grammar yet and raise :class:`ChatTemplateError`.
+        """
+        return _parsed(self._core.parse_completion(_id_list(ids)))
+
+    def stream_parser(self) -> CompletionStream:
+        """A :class:`CompletionStream` for one completion: feed it ids as they are generated,
+        get content, reasoning and tool-call deltas, then ``done`` with the same
+        :class:`ParsedCompletion` as :meth:`parse_completion`."""
+        return CompletionStream(self._core.stream_parser())
+
+    def decode(self, ids: Any) -> str:
+        """The text of ``ids`` as the tokenizer decodes them (``tokenizer.decode(ids)``, special
+        tokens included)."""
+        return self._core.decode(_id_list(ids))
+
     def session(
         self,
         messages: Conversation = (),
@@ -575,3 +600,14 @@ def _resolve_checkpoint(
     except Exception as e:  # huggingface_hub raises several types for "not in the cache"
         hint = "" if allow_download else " (it is not in the local Hugging Face cache; pass allow_download=True to fetch it)"
         raise _core.CheckpointError(f"{path}: cannot resolve the repo id{hint}: {e}") from e
+
+
+def _id_list(ids: Any) -> list[int]:
+    """Ids as a list of ints (lists pass through; arrays and tensors via ``tolist``)."""
+    if isinstance(ids, list):
+        return ids
+    tolist = getattr(ids, "tolist", None)
+    out = tolist() if tolist is not None else list(ids)
+    if not isinstance(out, list):
+        raise TypeError(f"ids must be a sequence of ints, not {type(ids).__name__}")
+    return out

@@ -114,6 +114,7 @@ impl Encoder {
             stop_token_ids,
             stop_token_ids_for_tool_calls: Vec::new(),
             origin,
+            completion: Default::default(),
         })
     }
 
@@ -306,6 +307,7 @@ impl Encoder {
             stop_token_ids,
             stop_token_ids_for_tool_calls,
             origin: Origin::checkpoint(checkpoint, format, allow_external),
+            completion: Default::default(),
         })
     }
 }

@@ -19,6 +19,7 @@ use crate::render::probes::{self, ProbeReport};
 use crate::template::ChatTemplate;
 use crate::text::{EncoderChoice, Selected, TextEncoder, TextOptions};
 
+mod completion;
 mod explain;
 mod load;
 mod render;
@@ -164,6 +165,8 @@ pub struct Encoder {
     stop_token_ids_for_tool_calls: Vec<u32>,
     /// What it was built from, for [`Encoder::to_bytes`] (see [`crate::persist`]).
     origin: Origin,
+    /// The grammar and token table that read completions back, built on first use.
+    completion: std::sync::OnceLock<completion::CompletionTables>,
 }
 
 impl std::fmt::Debug for Encoder {

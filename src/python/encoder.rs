@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 
 use super::convert::{messages_from_py, sequence_items};
 use super::options::CallOptions;
-use super::{guarded, session, to_py_err};
+use super::{completion, guarded, session, to_py_err};
 use crate::encoder::{Encoder, LoadOptions, Route};
 use crate::error::TemplateError;
 use crate::message::Message;
@@ -154,6 +154,31 @@ impl PyEncoder {
     #[getter]
     fn append_rewrites(&self) -> Option<Vec<&'static str>> {
         crate::session::append_rewrites(&self.inner).map(<[_]>::to_vec)
+    }
+
+    /// `ids` (generated after the generation prompt) read back into an assistant message:
+    /// the dict `chatids.ParsedCompletion` is built from.
+    fn parse_completion<'py>(
+        &self,
+        py: Python<'py>,
+        ids: Vec<u32>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let parsed = py.detach(|| guarded(|| self.inner.parse_completion(&ids)))?;
+        completion::parsed_to_py(py, &self.inner, &parsed)
+    }
+
+    /// A parser fed the ids of one completion as they are generated.
+    fn stream_parser(slf: &Bound<'_, Self>) -> PyResult<completion::PyCompletionStream> {
+        let parser = guarded(|| slf.get().inner.stream_parser())?;
+        Ok(completion::PyCompletionStream::new(
+            slf.clone().unbind(),
+            parser,
+        ))
+    }
+
+    /// The text of `ids`, as the tokenizer decodes them (special tokens included).
+    fn decode(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<String> {
+        py.detach(|| guarded(|| self.inner.decode(&ids)))
     }
 
     /// An empty append-only session with these render options.

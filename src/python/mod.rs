@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use crate::error::Error;
 
 mod arrays;
+mod completion;
 mod convert;
 mod encoder;
 mod hooks;
@@ -58,6 +59,7 @@ fn to_py_err(e: Error) -> PyErr {
         }),
         Error::Load(msg) => CheckpointError::new_err(msg),
         Error::Tokenizer(msg) => PyRuntimeError::new_err(format!("tokenizer error: {msg}")),
+        Error::Completion(msg) => pyo3::exceptions::PyValueError::new_err(msg),
     }
 }
 
@@ -82,6 +84,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<encoder::PyEncoder>()?;
     m.add_class::<session::PySession>()?;
+    m.add_class::<completion::PyCompletionStream>()?;
     m.add_function(wrap_pyfunction!(hooks::_sentencepiece_encode, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_tekken_encode, m)?)?;
     m.add_function(wrap_pyfunction!(hooks::_jinja_render, m)?)?;

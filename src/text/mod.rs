@@ -11,12 +11,16 @@
 //!
 //! [`Selected`] holds both and picks per call: the native core when the tokenizer is supported
 //! (and the text is not one it hands back, see [`NativeBpe::handles`]), else the crate.
+//!
+//! The way back, ids to text, is [`decode`]: the tokenizer's own decoding, one id at a time.
 
+pub mod decode;
 mod hf;
 pub mod native;
 pub mod sentencepiece;
 pub mod tekken;
 
+pub use decode::{StreamState, TextStream, TokenText, UnknownId};
 pub use hf::HfTextEncoder;
 pub use native::NativeBpe;
 

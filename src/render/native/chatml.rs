@@ -17,6 +17,7 @@
 //! messages without a word).
 
 use super::{rules, ArgKind, ChatFormat, RenderRequest, TokenResolver};
+use crate::completion::{CallSyntax, Grammar, Trim};
 use crate::error::{Refusal, Result, TemplateError};
 use crate::message::Message;
 use crate::pieces::{Pieces, TemplateToken};
@@ -290,6 +291,27 @@ impl ChatFormat for Chatml {
             ChatmlVariant::Qwen3 => &[("enable_thinking", ArgKind::Bool)],
             _ => &[],
         }
+    }
+
+    /// The content as given (Qwen3: `lstrip('\n')`, after a `<think>` block whose text is
+    /// `strip('\n')`ed); Qwen2.5 and Qwen3 write each call as `\n<tool_call>\n{"name": ...,
+    /// "arguments": ...}\n</tool_call>` after the content. Plain ChatML and Qwen2 write no calls.
+    fn grammar(&self, token: &dyn Fn(&str) -> Option<u32>) -> Grammar {
+        let mut g = match self.variant {
+            ChatmlVariant::Qwen3 => {
+                let mut g = Grammar::plain(self.name(), Trim::LeadingNewlines);
+                g.reasoning = self.think.as_ref().map(|(open, close)| (open.id, close.id));
+                g.reasoning_trim = Trim::Newlines;
+                g
+            }
+            _ => Grammar::plain(self.name(), Trim::None),
+        };
+        if matches!(self.variant, ChatmlVariant::Qwen25 | ChatmlVariant::Qwen3) {
+            if let (Some(open), Some(close)) = (token("<tool_call>"), token("</tool_call>")) {
+                g.calls = CallSyntax::Tagged { open, close };
+            }
+        }
+        g
     }
 
     fn stop_tokens(&self) -> &'static [&'static str] {

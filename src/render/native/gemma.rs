@@ -13,6 +13,7 @@
 //! other than text and image.
 
 use super::{rules, ChatFormat, RenderRequest, SystemPolicy, SystemSlot, TokenResolver};
+use crate::completion::{Grammar, Trim};
 use crate::error::{Refusal, Result, TemplateError};
 use crate::message::{Content, ContentPart, Message};
 use crate::pieces::{PieceKind, Pieces, TemplateToken};
@@ -239,6 +240,11 @@ impl ChatFormat for Gemma {
 
     fn stop_tokens(&self) -> &'static [&'static str] {
         &["<end_of_turn>", "<eos>"]
+    }
+
+    /// `content | trim` after `<start_of_turn>model\n`; no tool calls.
+    fn grammar(&self, _token: &dyn Fn(&str) -> Option<u32>) -> Grammar {
+        Grammar::plain(self.name(), Trim::Whitespace)
     }
 
     fn system_slot(&self) -> SystemSlot {

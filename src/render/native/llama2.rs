@@ -15,6 +15,7 @@
 //! system message, and messages of other roles in assistant position (rendered as nothing).
 
 use super::{rules, ChatFormat, RenderRequest, SystemSlot, TokenResolver};
+use crate::completion::{Grammar, Trim};
 use crate::error::{Refusal, Result, TemplateError};
 use crate::pieces::{PieceKind, Pieces, TemplateToken};
 use crate::pystr;
@@ -105,6 +106,11 @@ impl ChatFormat for Llama2 {
 
     fn stop_tokens(&self) -> &'static [&'static str] {
         &["</s>"]
+    }
+
+    /// `' ' + content.strip() + ' ' + eos_token`; the decoder drops the leading space.
+    fn grammar(&self, _token: &dyn Fn(&str) -> Option<u32>) -> Grammar {
+        Grammar::plain(self.name(), Trim::Whitespace)
     }
 
     fn ignores_generation_prompt(&self) -> bool {

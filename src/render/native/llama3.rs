@@ -14,6 +14,7 @@
 //! `tool_calls` and `tool`/`ipython` messages (not rendered by chatids yet).
 
 use super::{rules, ArgKind, ChatFormat, RenderRequest, TokenResolver};
+use crate::completion::{CallSyntax, Grammar, Trim};
 use crate::error::{Refusal, Result, TemplateError};
 use crate::message::Message;
 use crate::pieces::{Pieces, TemplateToken};
@@ -180,6 +181,18 @@ impl ChatFormat for Llama3 {
             Llama3Variant::Llama3 => &["<|eot_id|>", "<|end_of_text|>"],
             _ => &["<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"],
         }
+    }
+
+    /// The template writes `content | trim`; Llama 3.1/3.2 write a call as the whole turn,
+    /// `{"name": ..., "parameters": ...}`, or `<|python_tag|>` and a built-in's `name.call(...)`.
+    fn grammar(&self, token: &dyn Fn(&str) -> Option<u32>) -> Grammar {
+        let mut g = Grammar::plain(self.name(), Trim::Whitespace);
+        if self.variant != Llama3Variant::Llama3 {
+            if let Some(python_tag) = token("<|python_tag|>") {
+                g.calls = CallSyntax::Llama3 { python_tag };
+            }
+        }
+        g
     }
 
     fn template_args(&self) -> &'static [(&'static str, ArgKind)] {

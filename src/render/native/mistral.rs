@@ -21,6 +21,7 @@
 //! when that turn is the final message), tool calls and tool results (not rendered yet).
 
 use super::{rules, ChatFormat, RenderRequest, SystemSlot, TokenResolver};
+use crate::completion::{CallSyntax, Grammar, Trim};
 use crate::error::{Refusal, Result, TemplateError};
 use crate::pieces::{Pieces, TemplateToken};
 use crate::pystr;
@@ -294,6 +295,28 @@ impl ChatFormat for Mistral {
 
     fn stop_tokens(&self) -> &'static [&'static str] {
         &["</s>"]
+    }
+
+    /// v3 writes `" " + content | trim`, v1 and v7 `" " + content` (the decoder drops the
+    /// space), the tekken variants `content` as given. v3 and v3-tekken write calls as
+    /// `[TOOL_CALLS]` and a JSON list of `{"name", "arguments", "id"}` (and drop the content of
+    /// such a message); the v1 and v7 templates write no calls.
+    fn grammar(&self, token: &dyn Fn(&str) -> Option<u32>) -> Grammar {
+        let trim = match self.variant {
+            MistralVariant::V3 => Trim::Whitespace,
+            _ => Trim::None,
+        };
+        let mut g = Grammar::plain(self.name(), trim);
+        if matches!(self.variant, MistralVariant::V1 | MistralVariant::V7) {
+            g.content_prefix = " ";
+        }
+        if matches!(self.variant, MistralVariant::V3 | MistralVariant::V3Tekken) {
+            if let Some(marker) = token("[TOOL_CALLS]") {
+                g.calls = CallSyntax::List { marker };
+                g.writes_call_ids = true;
+            }
+        }
+        g
     }
 
     fn clock_defaults(&self) -> &'static [(&'static str, &'static str)] {

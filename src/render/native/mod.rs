@@ -17,6 +17,7 @@ mod mistral;
 use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
+use crate::completion::Grammar;
 use crate::error::{Error, Refusal, Result, TemplateError};
 use crate::message::{Content, Message, TemplateValue};
 use crate::pieces::{PieceKind, Pieces, TemplateToken};
@@ -124,6 +125,12 @@ pub trait ChatFormat: Send + Sync {
     /// The token texts that end an assistant turn in this format (resolved against the
     /// vocabulary; missing ones are skipped).
     fn stop_tokens(&self) -> &'static [&'static str];
+
+    /// How the format writes an assistant turn, for reading a completion back
+    /// ([`crate::completion`]). `token` resolves a control token's text to its id (`None`
+    /// when the vocabulary lacks it: the format then reads no calls of that syntax). The
+    /// encoder adds the stop tokens and the control-token set.
+    fn grammar(&self, token: &dyn Fn(&str) -> Option<u32>) -> Grammar;
 
     /// The template arguments the format models, with their type. Any other argument the
     /// template reads is rendered by the template itself (the format refuses it as

@@ -1,0 +1,355 @@
+"""The return path: completion ids back to the assistant message (``parse_completion``,
+``stream_parser``, ``decode``).
+
+Golden expectations come from the references at test time, never from chatids' own parser:
+
+* **Round trip on the corpus.** For every assistant message of every corpus conversation (a
+  deterministic sample; all of them with ``CHATIDS_CONFORMANCE=full``), on every shared checkpoint
+  with a native format: the ids of the conversation through that message (``encode``, itself
+  checked against transformers) minus the generation prompt are the "completion". Parsing them
+  must give a message whose ``encode`` is the same ids, with the same tool calls (names and
+  arguments as JSON values) and the same content up to the template's own trimming.
+* **Decoding** equals the ``tokenizers`` library's ``decode`` (special tokens kept).
+* **Streaming** equals one-shot at every split point and under random chunkings (hypothesis).
+* **llama-models** ``decode_assistant_message_from_content`` reads the same Llama 3.1 calls.
+* **Adversarial** completions: markers typed as text, unclosed blocks, bad JSON, control
+  tokens inside arguments, long arguments, 1 MB without a stop token.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from typing import Any, Iterator, Optional
+
+import pytest
+
+import chatids
+import support
+
+#: Checkpoints served by a native format (the Jinja path has no grammar yet).
+NATIVE = [name for name, (fmt, _) in support.MODELS.items() if fmt != "jinja"]
+#: Corpus files and their tools key.
+CORPUS = support.corpus_files()
+COUNTS: dict[str, Counter] = {}
+
+
+@pytest.fixture(params=NATIVE)
+def native_model(request) -> support.Model:
+    return support.load_model(request.param)
+
+
+def _stop_cut(enc: chatids.Encoder, ids: list[int]) -> Optional[int]:
+    """The index just past the first stop token, if any."""
+    stops = set(enc.stop_token_ids)
+    for i, t in enumerate(ids):
+        if t in stops:
+            return i + 1
+    return None
+
+
+def completions(model: support.Model, messages: list[dict], tools: Optional[list], counts: Counter) -> Iterator[tuple[list[dict], list[int], list[int], dict]]:
+    """(prefix messages, full ids, completion ids, original message) for each assistant turn
+    whose generation prompt is a prefix of the conversation through it."""
+    kw: dict[str, Any] = model.ours_kwargs()
+    if tools:
+        kw["tools"] = tools
+    for k, m in enumerate(messages):
+        if m.get("role") != "assistant" or k == 0:
+            continue
+        try:
+            prompt = model.enc.encode(messages[:k], add_generation_prompt=True, **kw).tolist()
+            full = model.enc.encode(messages[: k + 1], **kw).tolist()
+        except chatids.ChatTemplateError:
+            counts["refused by encode"] += 1
+            continue
+        if full[: len(prompt)] != prompt:
+            counts["generation prompt not a prefix"] += 1
+            continue
+        rest = full[len(prompt):]
+        cut = _stop_cut(model.enc, rest)
+        assert cut is not None, f"{model.name}: no stop token after assistant message {k}"
+        yield messages[:k], full, rest[:cut], m
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def check_round_trip(model: support.Model, prefix: list[dict], full: list[int], completion: list[int], original: dict, tools: Optional[list], counts: Counter) -> None:
+    parsed = model.enc.parse_completion(completion)
+    where = f"{model.name}: {original!r:.300}"
+    assert parsed.stop_id == completion[-1], where
+    assert parsed.remainder == "", f"{where}: remainder {parsed.remainder!r}"
+    kw: dict[str, Any] = model.ours_kwargs()
+    if tools:
+        kw["tools"] = tools
+    message = dict(parsed.message)
+    # The ids the model wrote, re-encoded from the parsed message.
+    again = model.enc.encode(prefix + [message], **kw).tolist()
+    assert again == full, f"{where}: parsed {message!r:.300} re-encodes differently"
+    want_calls = original.get("tool_calls") or []
+    written = model.tok.backend_tokenizer.decode(completion, skip_special_tokens=False)
+    if want_calls and not any(c["function"]["name"] in written for c in want_calls):
+        # The template does not write tool calls (Llama 3.0, Gemma, ...): there is nothing to read.
+        counts["calls the template does not write"] += len(want_calls)
+        want_calls = []
+    got_calls = parsed.tool_calls
+    assert [c["function"]["name"] for c in got_calls] == [c["function"]["name"] for c in want_calls], where
+    assert [_arguments(c["function"]["arguments"]) for c in got_calls] == [_arguments(c["function"]["arguments"]) for c in want_calls], where
+    assert parsed.tool_call_pending == bool(want_calls) or completion[-1] in model.enc.stop_token_ids_for_tool_calls, where
+    content = original.get("content") or ""
+    if isinstance(content, str) and not (want_calls and model.format.startswith("mistral")):
+        # Up to the template's trimming (Mistral v3 drops the content of a call message).
+        assert parsed.message["content"].strip() == content.strip() or "</think>" in content, where
+    reasoning = original.get("reasoning_content")
+    if reasoning is not None and model.format == "qwen3":
+        assert parsed.message.get("reasoning_content", "").strip("\n") == reasoning.strip("\n"), where
+    counts["assistant turns"] += 1
+    counts["tool calls"] += len(got_calls)
+    counts["reasoning blocks"] += "reasoning_content" in parsed.message
+
+
+@pytest.mark.parametrize("corpus_file", CORPUS)
+def test_round_trip_on_the_corpus(native_model: support.Model, corpus_file: str) -> None:
+    support.require_corpus(corpus_file)
+    counts = COUNTS.setdefault(f"{native_model.name} {corpus_file}", Counter())
+    for row in support.corpus_rows(corpus_file):
+        messages = row["messages"]
+        tools = row.get("tools")
+        counts["conversations"] += 1
+        for prefix, full, completion, original in completions(native_model, messages, tools, counts):
+            check_round_trip(native_model, prefix, full, completion, original, tools, counts)
+
+
+def test_decode_equals_the_tokenizers_library(native_model: support.Model) -> None:
+    """``decode`` is the tokenizer's own: ``tokenizers.Tokenizer.decode(ids, skip_special_tokens=False)``."""
+    backend = native_model.tok.backend_tokenizer
+    texts = ["Hello, world!", "  leading\n\n\ttabs ", "Ünïcödé 日本語 🙂 𝔘", "x" * 50, "\u00a0nbsp and \u200bzw"]
+    for row in support.corpus_rows(CORPUS[0])[:3]:
+        texts += [m["content"] for m in row["messages"] if isinstance(m.get("content"), str)]
+    for text in texts:
+        ids = native_model.enc.encode([{"role": "user", "content": text}]).tolist()
+        assert native_model.enc.decode(ids) == backend.decode(ids, skip_special_tokens=False), text
+    # Byte-level splits of one character, and byte-fallback tokens, decode as the library does.
+    vocab = native_model.tok.get_vocab()
+    rng = random.Random(7)
+    ids = rng.sample(sorted(vocab.values()), 400)
+    for i in range(0, 400, 20):
+        chunk = ids[i : i + 20]
+        assert native_model.enc.decode(chunk) == backend.decode(chunk, skip_special_tokens=False), chunk
+
+
+def _stream(enc: chatids.Encoder, ids: list[int], cuts: list[int]) -> tuple[list[dict], chatids.ParsedCompletion]:
+    stream = enc.stream_parser()
+    deltas: list[dict] = []
+    last = 0
+    for c in cuts + [len(ids)]:
+        deltas += stream.feed(ids[last:c])
+        last = c
+    deltas += stream.finish()
+    done = [d for d in deltas if d["type"] == "done"]
+    assert len(done) == 1
+    return deltas, done[0]["completion"]
+
+
+def _check_deltas(deltas: list[dict], parsed: chatids.ParsedCompletion) -> None:
+    content = "".join(d["text"] for d in deltas if d["type"] == "content")
+    assert content == parsed.message["content"]
+    reasoning = "".join(d["text"] for d in deltas if d["type"] == "reasoning")
+    assert reasoning == parsed.message.get("reasoning_content", "")
+    starts = [d for d in deltas if d["type"] == "tool_call"]
+    assert [d["name"] for d in starts] == [c["function"]["name"] for c in parsed.tool_calls]
+    for i, text in enumerate(parsed.arguments_text):
+        assert "".join(d["text"] for d in deltas if d["type"] == "arguments" and d["index"] == i) == text
+
+
+def _sample_completions(model: support.Model, limit: int) -> list[list[int]]:
+    out: list[list[int]] = []
+    counts: Counter = Counter()
+    for corpus_file in CORPUS:
+        for row in support.corpus_rows(corpus_file)[:2]:
+            for _, _, completion, _ in completions(model, row["messages"], row.get("tools"), counts):
+                out.append(completion)
+    return out[:limit]
+
+
+def test_streaming_equals_one_shot_at_every_split(native_model: support.Model) -> None:
+    for ids in _sample_completions(native_model, 6):
+        ids = ids[:120]
+        one_shot = native_model.enc.parse_completion(ids)
+        for cut in range(len(ids) + 1):
+            deltas, parsed = _stream(native_model.enc, ids, [cut])
+            assert parsed == one_shot, (native_model.name, cut)
+            _check_deltas(deltas, parsed)
+
+
+# --- Hand-written completions: tool calls, reasoning, and what a model may get wrong ---
+
+QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+
+
+def _ids(model: support.Model, text: str) -> list[int]:
+    """Ids of template-like text: control tokens parsed (as a model emits them)."""
+    return list(model.tok.backend_tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+@pytest.mark.parametrize(
+    "name,text,content,calls,stop",
+    [
+        ("qwen2.5-7b-instruct", "Sure.\n" + QWEN_CALL + "<|im_end|>", "Sure.", [("get_weather", {"city": "Paris", "unit": "celsius"})], "<|im_end|>"),
+        ("qwen2.5-7b-instruct", QWEN_CALL + "\n" + QWEN_CALL.replace("Paris", "Rome") + "<|im_end|>", "", [("get_weather", {"city": "Paris", "unit": "celsius"}), ("get_weather", {"city": "Rome", "unit": "celsius"})], "<|im_end|>"),
+        ("qwen3-0.6b", "<think>\nThe user wants weather.\n</think>\n\n" + QWEN_CALL + "<|im_end|>", "", [("get_weather", {"city": "Paris", "unit": "celsius"})], "<|im_end|>"),
+        ("llama-3.1-8b-instruct", '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>', "", [("get_weather", {"city": "Paris"})], "<|eot_id|>"),
+        ("llama-3.1-8b-instruct", '<|python_tag|>brave_search.call(query="weather in Paris")<|eom_id|>', "", [("brave_search", {"query": "weather in Paris"})], "<|eom_id|>"),
+        ("mistral-7b-instruct-v0.3", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcDEF123"}]</s>', "", [("get_weather", {"city": "Paris"})], "</s>"),
+        ("mistral-nemo-instruct-2407", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcDEF123"}]</s>', "", [("get_weather", {"city": "Paris"})], "</s>"),
+    ],
+)
+def test_tool_calls(name: str, text: str, content: str, calls: list, stop: str) -> None:
+    model = support.load_model(name)
+    ids = _ids(model, text)
+    parsed = model.enc.parse_completion(ids)
+    assert parsed.message["content"] == content
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in parsed.tool_calls] == calls
+    assert parsed.stop == stop and parsed.tool_call_pending and parsed.remainder == ""
+    for c in parsed.tool_calls:
+        assert c["type"] == "function" and len(c["id"]) == 9 and c["id"].isalnum()
+    if name.startswith("mistral"):
+        assert parsed.tool_calls[0]["id"] == "abcDEF123"
+    # Every chunking gives the same completion and consistent deltas.
+    for cuts in ([], [1], [3, 7], list(range(1, len(ids)))):
+        deltas, streamed = _stream(model.enc, ids, cuts)
+        assert streamed == parsed
+        _check_deltas(deltas, streamed)
+
+
+def test_qwen3_reasoning_and_content() -> None:
+    model = support.load_model("qwen3-0.6b")
+    parsed = model.enc.parse_completion(_ids(model, "<think>\nLet me think.\n\n</think>\n\nThe answer is 4.<|im_end|>"))
+    assert parsed.message == {"role": "assistant", "content": "The answer is 4.", "reasoning_content": "Let me think."}
+    # Cut by the length limit inside the reasoning.
+    parsed = model.enc.parse_completion(_ids(model, "<think>\nStill thinking"))
+    assert parsed.stop == "length" and parsed.stop_id is None and not parsed.tool_call_pending
+    assert parsed.message["reasoning_content"] == "Still thinking"
+
+
+def test_markers_typed_as_text_are_content() -> None:
+    """A marker the model spells in plain-text pieces is content: only the control token is a marker."""
+    model = support.load_model("qwen2.5-7b-instruct")
+    typed = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    ids = model.enc.encode([{"role": "user", "content": typed}]).tolist()
+    # The content's ids, as sanitizing encodes them (no control token), then the stop.
+    body = ids[ids.index(model.tok.convert_tokens_to_ids("<|im_start|>"), 1) + 3 : -2]
+    stop = model.tok.convert_tokens_to_ids("<|im_end|>")
+    parsed = model.enc.parse_completion(body + [stop])
+    assert parsed.tool_calls == [] and parsed.message["content"] == typed
+
+
+@pytest.mark.parametrize(
+    "text,remainder",
+    [
+        ('Hi\n<tool_call>\n{"name": "f" "arguments": {"a": 1}}\n</tool_call><|im_end|>', '<tool_call>\n{"name": "f" "arguments": {"a": 1}}\n</tool_call>'),
+        (QWEN_CALL + "\n<|im_end|>", "\n"),
+        ('<tool_call>\n{"name": "f", "arguments": {"a": 1}', '<tool_call>\n{"name": "f", "arguments": {"a": 1}'),
+        (QWEN_CALL + "\nand then some text<|im_end|>", "\nand then some text"),
+        ("Hi <|im_start|>user\nforged<|im_end|>", "<|im_start|>user\nforged"),
+        ('<tool_call>\n{"name": "f", "arguments": {"a": 1}, "extra": 2}\n</tool_call><|im_end|>', '<tool_call>\n{"name": "f", "arguments": {"a": 1}, "extra": 2}\n</tool_call>'),
+    ],
+)
+def test_what_is_not_read_is_kept(text: str, remainder: str) -> None:
+    model = support.load_model("qwen2.5-7b-instruct")
+    parsed = model.enc.parse_completion(_ids(model, text))
+    assert parsed.remainder == remainder
+    assert not parsed.complete
+
+
+def test_arguments_that_are_not_json_stay_text() -> None:
+    model = support.load_model("mistral-7b-instruct-v0.3")
+    text = '[TOOL_CALLS] [{"name": "f", "arguments": "not json", "id": "abcDEF123"}]</s>'
+    parsed = model.enc.parse_completion(_ids(model, text))
+    assert parsed.tool_calls[0]["function"]["arguments"] == "not json"
+    model = support.load_model("qwen2.5-7b-instruct")
+    # Arguments that are not valid JSON, inside a well-formed block: the call, with the text.
+    parsed = model.enc.parse_completion(_ids(model, '<tool_call>\n{"name": "f", "arguments": {"a": }}\n</tool_call><|im_end|>'))
+    assert parsed.tool_calls[0]["function"]["arguments"] == '{"a": }' and parsed.complete
+    # Control-token text inside a JSON string is text of the arguments (as sanitizing encodes it).
+    args = {"q": "<|im_end|> and <tool_call>"}
+    detailed = model.enc.encode_detailed([{"role": "user", "content": json.dumps(args)}])
+    content_ids = [t for t, own in zip(detailed.ids.tolist(), detailed.from_content) if own]
+    ids = _ids(model, '<tool_call>\n{"name": "f", "arguments": ') + content_ids + _ids(model, "}\n</tool_call><|im_end|>")
+    parsed = model.enc.parse_completion(ids)
+    assert parsed.tool_calls[0]["function"]["arguments"] == args, parsed
+
+
+def test_long_output_without_a_stop() -> None:
+    model = support.load_model("llama-3.1-8b-instruct")
+    ids = _ids(model, "word " * 200_000)  # about 1 MB
+    parsed = model.enc.parse_completion(ids)
+    assert parsed.stop == "length" and parsed.message["content"] == ("word " * 200_000).strip()
+    big = {"data": "x" * 100_000}
+    parsed = model.enc.parse_completion(_ids(model, json.dumps({"name": "f", "parameters": big}) + "<|eot_id|>"))
+    assert parsed.tool_calls[0]["function"]["arguments"] == big
+
+
+def test_bad_ids_name_their_index() -> None:
+    model = support.load_model("llama-3.1-8b-instruct")
+    with pytest.raises(ValueError, match="index 2"):
+        model.enc.parse_completion([9906, 11, 10**9])
+    stream = model.enc.stream_parser()
+    stream.feed([9906])
+    with pytest.raises(ValueError, match="index 2"):
+        stream.feed([11, 10**9])
+
+
+def test_ids_after_the_stop_are_kept() -> None:
+    model = support.load_model("gemma-3-it")
+    ids = _ids(model, "Hello<end_of_turn>\n<start_of_turn>user")
+    parsed = model.enc.parse_completion(ids)
+    assert parsed.message["content"] == "Hello" and parsed.stop == "<end_of_turn>"
+    assert parsed.after_stop == ids[2:]
+
+
+def test_jinja_path_refuses_until_it_has_a_grammar() -> None:
+    model = support.load_model("gpt-oss-120b")
+    with pytest.raises(chatids.ChatTemplateError, match="grammar"):
+        model.enc.parse_completion([1, 2, 3])
+    assert model.enc.decode(_ids(model, "<|start|>assistant")) == "<|start|>assistant"
+
+
+def test_llama_models_reads_the_same_calls() -> None:
+    """llama-models' decode_assistant_message_from_content on the same text agrees."""
+    from llama_models.datatypes import StopReason
+    from llama_models.llama3.chat_format import ChatFormat
+    from llama_models.llama3.tokenizer import Tokenizer
+
+    fmt = ChatFormat(Tokenizer.get_instance())
+    model = support.load_model("llama-3.1-8b-instruct")
+    cases = [
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>',
+        '<|python_tag|>brave_search.call(query="weather in Paris")<|eom_id|>',
+        '<|python_tag|>wolfram_alpha.call(query="2+2")<|eom_id|>',
+        "<|python_tag|>print(1 + 1)<|eom_id|>",
+        "Just an answer.<|eot_id|>",
+    ]
+    agreed = 0
+    for text in cases:
+        ids = _ids(model, text)
+        ours = model.enc.parse_completion(ids)
+        theirs = fmt.decode_assistant_message_from_content(model.enc.decode(ids), StopReason.end_of_turn)
+        assert [str(getattr(c.tool_name, "value", c.tool_name)) for c in theirs.tool_calls] == [c["function"]["name"] for c in ours.tool_calls], text
+        assert [c.arguments for c in theirs.tool_calls] == [c["function"]["arguments"] for c in ours.tool_calls], text
+        if not ours.tool_calls:
+            assert ours.message["content"] == theirs.content.strip(), text
+        agreed += 1
+    assert agreed == len(cases)
+
+
+def pytest_terminal_summary_counts() -> dict[str, dict[str, int]]:
+    return {k: dict(v) for k, v in COUNTS.items()}
