@@ -66,9 +66,13 @@ class CompletionStream:
     Feed it the generated ids one at a time or a few at a time; each :meth:`feed` returns the
     deltas those ids complete. The ``done`` delta comes when a stop token is fed, or from
     :meth:`finish` when the ids ran out (``stop == "length"``). Whatever the chunking, the
-    ``completion`` of ``done`` is the one :meth:`chatids.Encoder.parse_completion` gives for all
-    the ids; the content deltas add up to its content and each call's argument deltas to the
-    text it was read from. Each id costs O(1): nothing is decoded twice.
+    ``completion`` of ``done`` is the one :meth:`chatids.Encoder.parse_completion` gives for the
+    same ids (the stream ends at its stop token: ids fed after it are not read, and its
+    ``after_stop`` is empty). For a turn the
+    grammar reads whole (``completion.complete``), the content deltas add up to its content and
+    each call's argument deltas to the text it was read from; a call that turns out malformed or
+    is cut by the length limit may have sent deltas before ``done`` moves it to ``remainder``.
+    Each id costs O(1): nothing is decoded twice.
     """
 
     __slots__ = ("_core",)

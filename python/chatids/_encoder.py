@@ -496,7 +496,7 @@ class Encoder:
         the session starts). See docs/serving.md."""
         from ._session import Session
 
-        session = Session(self._route.session(call_options(locals(), self._core.reads_clock)))
+        session = Session(self._route.session(call_options(locals(), self._core.reads_clock)), self.parse_completion)
         if len(messages):
             session.append(list(messages))
         return session

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _core
+from ._completion import ParsedCompletion
 
 
 class Session:
@@ -22,8 +23,9 @@ class Session:
     (``on_rewrite="reencode"``) and sets :attr:`start` below the previous length.
     """
 
-    def __init__(self, core: _core.Session) -> None:
+    def __init__(self, core: _core.Session, parse: Optional[Callable[[list[int]], ParsedCompletion]] = None) -> None:
         self._core = core
+        self._parse = parse
         self._messages: list[Mapping[str, Any]] = []
         self._start = 0
 
@@ -37,12 +39,17 @@ class Session:
         self._start = start
         return added
 
-    def append_completion(self, ids: Union[Sequence[int], np.ndarray], message: Mapping[str, Any]) -> np.ndarray:
+    def append_completion(
+        self, ids: Union[Sequence[int], np.ndarray], message: Optional[Mapping[str, Any]] = None
+    ) -> np.ndarray:
         """Append the model's turn: ``ids`` exactly as sampled after :meth:`generation_prompt`
         (with or without the final stop token; a missing one is added as the template writes
         it), and ``message``, its parsed form (``content``, ``tool_calls``...), which later
-        turns render with. Returns ``ids[start:]``: the generation prompt, the completion, and
-        whatever the template writes after the turn."""
+        turns render with. Without ``message``, the ids are read back by the format's grammar
+        (:meth:`chatids.Encoder.parse_completion`); a completion with text the grammar cannot
+        place (``remainder``) raises :class:`ChatTemplateError` rather than losing it. Returns
+        ``ids[start:]``: the generation prompt, the completion, and whatever the template
+        writes after the turn."""
         index = len(self._messages)
         completion = []
         for k, i in enumerate(ids):
@@ -53,6 +60,16 @@ class Session:
             if not 0 <= value < 2**32:
                 raise _core.ChatTemplateError(f"message {index}: completion id {value} (position {k}) is not a token id")
             completion.append(value)
+        if message is None:
+            if self._parse is None:
+                raise TypeError("append_completion() needs message= on a session made without an encoder")
+            parsed = self._parse(completion)
+            if parsed.remainder:
+                raise _core.ChatTemplateError(
+                    f"message {index}: the completion has text the format's grammar does not read "
+                    f"({parsed.remainder[:200]!r}); pass message= to append it as you read it"
+                )
+            message = parsed.message
         start, added = self._core.append_completion(completion, message)
         self._messages.append(message)
         self._start = start

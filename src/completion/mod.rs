@@ -318,6 +318,8 @@ pub struct StreamParser {
     list: String,
     list_pos: usize,
     list_state: ListState,
+    /// Where the list closed (just after its `]`).
+    list_end: Option<usize>,
     python: String,
     remainder: String,
     stop: Option<u32>,
@@ -373,6 +375,7 @@ impl StreamParser {
             list: String::new(),
             list_pos: 0,
             list_state: ListState::Open,
+            list_end: None,
             python: String::new(),
             remainder: String::new(),
             stop: None,
@@ -446,6 +449,7 @@ impl StreamParser {
                 return Ok(());
             }
             // A control token the grammar does not expect here: the rest is not read.
+            self.settle();
             self.region = Region::Remainder;
         }
         let mut out = std::mem::take(&mut self.decoded);
@@ -536,6 +540,43 @@ impl StreamParser {
             CallSyntax::None => {}
         }
         false
+    }
+
+    /// Move what is unfinished in the current region into the remainder: an open call block,
+    /// a list that did not close (its calls with it), text after a closed list or the last
+    /// call block, `<|python_tag|>` text. Called when an unexpected control token ends the
+    /// parse and at the end.
+    fn settle(&mut self) {
+        let g = Arc::clone(&self.grammar);
+        let mut moved = String::new();
+        match (self.region, g.calls) {
+            (Region::Call, CallSyntax::Tagged { open, .. }) => {
+                let call = self.calls.pop().expect("a call is open");
+                moved.push_str(&self.token_text(open));
+                moved.push_str(&call.raw);
+            }
+            (Region::List, CallSyntax::List { marker }) => match self.list_end {
+                Some(end) => moved.push_str(&self.list[end..]),
+                None => {
+                    self.calls.clear();
+                    moved.push_str(&self.token_text(marker));
+                    moved.push_str(&self.list);
+                }
+            },
+            (Region::Python, CallSyntax::Llama3 { python_tag }) => {
+                moved.push_str(&self.token_text(python_tag));
+                moved.push_str(&self.python);
+                self.python.clear();
+            }
+            // Whitespace after the last call: the template writes none there.
+            (Region::BetweenCalls, _) => moved.push_str(&self.between),
+            _ => {}
+        }
+        self.between.clear();
+        if !moved.is_empty() {
+            moved.push_str(&self.remainder);
+            self.remainder = moved;
+        }
     }
 
     /// The text of a token, as the decoder writes it alone.
@@ -673,8 +714,8 @@ impl StreamParser {
 
     /// Advance the list scanner over what was added to the list text.
     fn scan_list(&mut self) {
-        let bytes = self.list.as_bytes().to_vec();
-        while self.list_pos < bytes.len() {
+        let len = self.list.len();
+        while self.list_pos < len {
             match self.list_state {
                 ListState::InCall => {
                     let index = self.calls.len() - 1;
@@ -690,7 +731,7 @@ impl StreamParser {
                             let call = &mut self.calls[index];
                             let extra = call.raw.len() - end;
                             call.raw.truncate(end);
-                            self.list_pos = bytes.len() - extra;
+                            self.list_pos = len - extra;
                             self.list_state = if self.call_complete(index) {
                                 ListState::AfterItem
                             } else {
@@ -698,12 +739,12 @@ impl StreamParser {
                             };
                         }
                         None if invalid => self.list_state = ListState::Invalid,
-                        None => self.list_pos = bytes.len(),
+                        None => self.list_pos = len,
                     }
                 }
-                ListState::Invalid => return,
+                ListState::Invalid | ListState::Closed => return,
                 state => {
-                    let b = bytes[self.list_pos];
+                    let b = self.list.as_bytes()[self.list_pos];
                     self.list_state = match (state, b) {
                         (_, b) if b.is_ascii_whitespace() => state,
                         (ListState::Open, b'[') => ListState::Item,
@@ -726,6 +767,9 @@ impl StreamParser {
                     if self.list_state != ListState::InCall {
                         self.list_pos += 1;
                     }
+                    if self.list_state == ListState::Closed {
+                        self.list_end = Some(self.list_pos);
+                    }
                 }
             }
         }
@@ -741,42 +785,18 @@ impl StreamParser {
         self.flush_text();
         let g = Arc::clone(&self.grammar);
         let mut tool_calls = Vec::new();
-        let mut remainder = String::new();
-        let mut before_call = false;
-        match (self.region, g.calls) {
-            (Region::Call, CallSyntax::Tagged { open, .. }) => {
-                // An unfinished block: not a call.
-                let call = self.calls.pop().expect("a call is open");
-                remainder.push_str(&self.token_text(open));
-                remainder.push_str(&call.raw);
+        if let (Region::Python, CallSyntax::Llama3 { .. }) = (self.region, g.calls) {
+            if let Some(call) = python_call(&self.python) {
+                tool_calls.push(ToolCall {
+                    id: self.call_id(0),
+                    ..call
+                });
+                self.python.clear();
+                self.region = Region::Content;
             }
-            (Region::List, CallSyntax::List { marker }) => {
-                if self.list_state == ListState::Closed
-                    && self.list[self.list_pos.min(self.list.len())..]
-                        .trim()
-                        .is_empty()
-                {
-                    before_call = true;
-                } else {
-                    self.calls.clear();
-                    remainder.push_str(&self.token_text(marker));
-                    remainder.push_str(&self.list);
-                }
-            }
-            (Region::Python, CallSyntax::Llama3 { python_tag }) => {
-                match python_call(&self.python) {
-                    Some(call) => tool_calls.push(ToolCall {
-                        id: self.call_id(0),
-                        ..call
-                    }),
-                    None => {
-                        remainder.push_str(&self.token_text(python_tag));
-                        remainder.push_str(&self.python);
-                    }
-                }
-            }
-            _ => {}
         }
+        self.settle();
+        let mut before_call = self.list_end.is_some();
         before_call |= !self.calls.is_empty() && matches!(g.calls, CallSyntax::Tagged { .. });
         for call in &self.calls {
             let s = &call.scanner;
@@ -846,9 +866,7 @@ impl StreamParser {
                 self.deltas.push(Delta::Reasoning(unsent.to_string()));
             }
         }
-        // Whitespace after the last call: the template writes none there.
-        remainder.push_str(&self.between);
-        remainder.push_str(&self.remainder);
+        let remainder = self.remainder.clone();
         let stop = match self.stop {
             Some(id) => Stop::Token(id),
             None => Stop::Length,

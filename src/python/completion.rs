@@ -165,7 +165,13 @@ impl PyCompletionStream {
         let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let (parser, _, done_sent) = &mut *guard;
         let finished = (end || parser.stopped()) && !*done_sent;
-        let parsed = finished.then(|| parser.finish());
+        // A stream ends at its stop token: what is fed after it is not read, whatever the
+        // chunking (the done completion's after_stop is empty).
+        let parsed = finished.then(|| {
+            let mut parsed = parser.finish();
+            parsed.after_stop.clear();
+            parsed
+        });
         let out = PyList::empty(py);
         for delta in parser.take_deltas() {
             out.append(delta_to_py(py, &delta)?)?;
