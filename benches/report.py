@@ -59,6 +59,9 @@ LABELS = {
     "test_bpe_cold_tokenizers_crate": "tokenizers crate, fresh encoder (1 thread)",
     "test_bpe_long_chatids": "chatids native BPE core",
     "test_bpe_long_tokenizers_crate": "tokenizers crate",
+    "test_parse_chatids": "chatids `parse_completion` (decode and read)",
+    "test_parse_chatids_stream": "chatids `stream_parser`, one `feed` per id from Python",
+    "test_parse_transformers_decode": "`tokenizer.decode(ids)` alone (no parsing)",
 }
 
 #: extra_info keys shown under a group's table, with their labels.

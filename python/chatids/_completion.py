@@ -81,16 +81,19 @@ class CompletionStream:
         self._core = core
 
     def feed(self, ids: Union[int, Iterable[int]]) -> list[Delta]:
-        """Read the next generated id(s); the deltas they complete."""
-        raw = self._core.feed([ids] if isinstance(ids, int) else list(ids))
-        return [_delta(d) for d in raw]
+        """Read the next generated id (an int) or ids (a list); the deltas they complete."""
+        deltas = self._core.feed(ids if isinstance(ids, (int, list)) else list(ids))
+        if deltas and deltas[-1]["type"] == "done":
+            _typed_done(deltas[-1])
+        return deltas
 
     def finish(self) -> list[Delta]:
         """End the completion: the remaining deltas, then ``done`` (if not sent yet)."""
-        return [_delta(d) for d in self._core.finish()]
+        deltas = self._core.finish()
+        if deltas and deltas[-1]["type"] == "done":
+            _typed_done(deltas[-1])
+        return deltas
 
 
-def _delta(d: dict[str, Any]) -> Delta:
-    if d["type"] == "done":
-        d["completion"] = _parsed(d["completion"])
-    return d
+def _typed_done(done: Delta) -> None:
+    done["completion"] = _parsed(done["completion"])

@@ -121,9 +121,9 @@ pub struct Grammar {
     pub calls: CallSyntax,
     /// Whether the format writes the call ids (Mistral); otherwise [`StreamParser`] makes them.
     pub writes_call_ids: bool,
-    /// The control tokens: any of them that is not a stop or a marker where it comes ends the
-    /// parse (see [`ParsedCompletion::remainder`]).
-    pub control: Arc<std::collections::HashSet<u32>>,
+    /// The control tokens, one bit per id: any of them that is not a stop or a marker where it
+    /// comes ends the parse (see [`ParsedCompletion::remainder`]).
+    pub control: Arc<Vec<u64>>,
 }
 
 impl Grammar {
@@ -141,6 +141,25 @@ impl Grammar {
             calls: CallSyntax::None,
             writes_call_ids: false,
             control: Arc::default(),
+        }
+    }
+
+    /// Whether `id` is a control token.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.control
+            .get(id as usize / 64)
+            .is_some_and(|w| w >> (id % 64) & 1 == 1)
+    }
+
+    /// Mark `ids` as control tokens.
+    pub fn set_control(&mut self, ids: impl IntoIterator<Item = u32>) {
+        let bits = Arc::make_mut(&mut self.control);
+        for id in ids {
+            let word = id as usize / 64;
+            if bits.len() <= word {
+                bits.resize(word + 1, 0);
+            }
+            bits[word] |= 1 << (id % 64);
         }
     }
 
@@ -333,6 +352,8 @@ pub struct StreamParser {
     prefix_left: usize,
     /// Whitespace after a call block, kept until it is known to lead to another block.
     between: String,
+    /// Whether to produce deltas (a one-shot parse does not).
+    streaming: bool,
 }
 
 /// Where the list of a [`CallSyntax::List`] is.
@@ -386,6 +407,7 @@ impl StreamParser {
             finished: None,
             prefix_left: 0,
             between: String::new(),
+            streaming: true,
         }
         .with_prefix()
     }
@@ -421,6 +443,12 @@ impl StreamParser {
         Ok(())
     }
 
+    fn emit(&mut self, delta: Delta) {
+        if self.streaming {
+            self.deltas.push(delta);
+        }
+    }
+
     /// The deltas produced since the last call.
     pub fn take_deltas(&mut self) -> Vec<Delta> {
         std::mem::take(&mut self.deltas)
@@ -443,7 +471,7 @@ impl StreamParser {
             self.stop = Some(stop.id);
             return Ok(());
         }
-        if self.region != Region::Remainder && self.grammar.control.contains(&id) {
+        if self.region != Region::Remainder && self.grammar.is_control(id) {
             self.flush_text();
             if self.marker(id) {
                 return Ok(());
@@ -628,17 +656,19 @@ impl StreamParser {
                 };
                 let hold = matches!(g.calls, CallSyntax::Tagged { .. });
                 self.content.push(text, trim, hold);
-                if !self.content_withheld() {
+                if self.streaming && !self.content_withheld() {
                     if let Some(d) = self.content.take() {
-                        self.deltas.push(Delta::Content(d));
+                        self.emit(Delta::Content(d));
                     }
                 }
             }
             Region::Reasoning => {
                 let field = self.reasoning.as_mut().expect("reasoning is open");
                 field.push(text, g.reasoning_trim, false);
-                if let Some(d) = field.take() {
-                    self.deltas.push(Delta::Reasoning(d));
+                if self.streaming {
+                    if let Some(d) = field.take() {
+                        self.emit(Delta::Reasoning(d));
+                    }
                 }
             }
             Region::Call => {
@@ -699,7 +729,7 @@ impl StreamParser {
             };
             call.started = true;
             let id = (!writes_ids).then(|| call.id.clone());
-            self.deltas.push(Delta::ToolCallStart { index, id, name });
+            self.emit(Delta::ToolCallStart { index, id, name });
         }
         let call = &mut self.calls[index];
         if let Some((a, b, _)) = call.scanner.arguments {
@@ -707,7 +737,7 @@ impl StreamParser {
             if b > from {
                 call.args_sent = b;
                 let text = call.raw[from..b].to_string();
-                self.deltas.push(Delta::ToolCallArguments { index, text });
+                self.emit(Delta::ToolCallArguments { index, text });
             }
         }
     }
@@ -839,12 +869,12 @@ impl StreamParser {
         }
         if matches!(g.calls, CallSyntax::Llama3 { .. }) {
             for (index, call) in tool_calls.iter().enumerate() {
-                self.deltas.push(Delta::ToolCallStart {
+                self.emit(Delta::ToolCallStart {
                     index,
                     id: Some(call.id.clone()),
                     name: call.name.clone(),
                 });
-                self.deltas.push(Delta::ToolCallArguments {
+                self.emit(Delta::ToolCallArguments {
                     index,
                     text: call.arguments_text.clone(),
                 });
@@ -854,7 +884,7 @@ impl StreamParser {
         // taken, Llama 3 content that might have been a call.
         let unsent = self.content.unsent(&content);
         if !unsent.is_empty() {
-            self.deltas.push(Delta::Content(unsent.to_string()));
+            self.emit(Delta::Content(unsent.to_string()));
         }
         let reasoning = self
             .reasoning
@@ -863,7 +893,7 @@ impl StreamParser {
         if let (Some(field), Some(value)) = (&self.reasoning, &reasoning) {
             let unsent = field.unsent(value);
             if !unsent.is_empty() {
-                self.deltas.push(Delta::Reasoning(unsent.to_string()));
+                self.emit(Delta::Reasoning(unsent.to_string()));
             }
         }
         let remainder = self.remainder.clone();
@@ -897,6 +927,7 @@ pub fn parse(
     ids: &[u32],
 ) -> Result<ParsedCompletion, UnknownToken> {
     let mut parser = StreamParser::new(grammar, table);
+    parser.streaming = false;
     parser.feed(ids, 0)?;
     Ok(parser.finish())
 }

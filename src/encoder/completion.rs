@@ -114,7 +114,7 @@ impl Encoder {
             control.insert(open);
             control.insert(close);
         }
-        grammar.control = Arc::new(control);
+        grammar.set_control(control);
         Ok(Arc::new(grammar))
     }
 

@@ -115,33 +115,31 @@ pub(super) fn parsed_to_py<'py>(
 }
 
 fn delta_to_py<'py>(py: Python<'py>, delta: &Delta) -> PyResult<Bound<'py, PyDict>> {
+    use pyo3::intern;
     let d = PyDict::new(py);
+    let kind = intern!(py, "type");
     match delta {
         Delta::Content(text) => {
-            d.set_item("type", "content")?;
-            d.set_item("text", text)?;
+            d.set_item(kind, intern!(py, "content"))?;
+            d.set_item(intern!(py, "text"), text)?;
         }
         Delta::Reasoning(text) => {
-            d.set_item("type", "reasoning")?;
-            d.set_item("text", text)?;
+            d.set_item(kind, intern!(py, "reasoning"))?;
+            d.set_item(intern!(py, "text"), text)?;
         }
         Delta::ToolCallStart { index, id, name } => {
-            d.set_item("type", "tool_call")?;
-            d.set_item("index", index)?;
-            d.set_item("id", id)?;
-            d.set_item("name", name)?;
+            d.set_item(kind, intern!(py, "tool_call"))?;
+            d.set_item(intern!(py, "index"), index)?;
+            d.set_item(intern!(py, "id"), id)?;
+            d.set_item(intern!(py, "name"), name)?;
         }
         Delta::ToolCallArguments { index, text } => {
-            d.set_item("type", "arguments")?;
-            d.set_item("index", index)?;
-            d.set_item("text", text)?;
+            d.set_item(kind, intern!(py, "arguments"))?;
+            d.set_item(intern!(py, "index"), index)?;
+            d.set_item(intern!(py, "text"), text)?;
         }
     }
     Ok(d)
-}
-
-fn parser_knows(parser: &StreamParser, id: u32) -> bool {
-    parser.knows(id)
 }
 
 /// A completion read as it is generated. Use `chatids.Encoder.stream_parser`.
@@ -191,8 +189,12 @@ impl PyCompletionStream {
 
 #[pymethods]
 impl PyCompletionStream {
-    /// Read `ids` (the next generated ids); the deltas they complete.
-    fn feed<'py>(&self, py: Python<'py>, ids: Vec<u32>) -> PyResult<Bound<'py, PyList>> {
+    /// Read `ids` (the next generated id, or a list of them); the deltas they complete.
+    fn feed<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let ids: Vec<u32> = match ids.extract::<u32>() {
+            Ok(id) => vec![id],
+            Err(_) => ids.extract()?,
+        };
         {
             let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             let (parser, fed, _) = &mut *guard;
@@ -212,7 +214,7 @@ impl PyCompletionStream {
                     start
                         + ids
                             .iter()
-                            .position(|&id| !parser_knows(parser, id))
+                            .position(|&id| !parser.knows(id))
                             .unwrap_or(ids.len())
                 }
             };

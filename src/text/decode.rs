@@ -240,6 +240,13 @@ impl StreamState {
             .ok_or(UnknownId(id))?;
         match (table.family, piece) {
             (Family::ByteLevel, Piece::Bytes(bytes)) => {
+                // Most tokens are whole UTF-8 on their own: no buffering.
+                if self.pending.is_empty() {
+                    if let Ok(text) = std::str::from_utf8(bytes) {
+                        self.write(table, text, out);
+                        return Ok(());
+                    }
+                }
                 self.pending.extend_from_slice(bytes);
                 self.drain_utf8(table, out, false);
             }
