@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 from collections import Counter
 from typing import Any, Iterator, Optional
@@ -41,6 +42,24 @@ COUNTS: dict[str, Counter] = {}
 @pytest.fixture(params=NATIVE)
 def native_model(request) -> support.Model:
     return support.load_model(request.param)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def round_trip_counts():
+    """Print the round-trip counts per checkpoint when the module ends (``-s`` shows them), and
+    write them to ``CHATIDS_PARSE_REPORT`` when set."""
+    yield
+    totals: dict[str, Counter] = {}
+    for key, counts in COUNTS.items():
+        totals.setdefault(key.split(" ")[0], Counter()).update(counts)
+    mode = "full" if support.full_conformance() else "sample"
+    print(f"\nround trip ({mode}):")
+    for name, counts in sorted(totals.items()):
+        print(f"  {name}: {dict(sorted(counts.items()))}")
+    report = os.environ.get("CHATIDS_PARSE_REPORT")
+    if report:
+        with open(report, "w", encoding="utf-8") as f:
+            json.dump({k: dict(v) for k, v in sorted(totals.items())}, f, indent=1)
 
 
 def _stop_cut(enc: chatids.Encoder, ids: list[int]) -> Optional[int]:

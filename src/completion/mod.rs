@@ -525,14 +525,7 @@ impl StreamParser {
                 if id == open && matches!(self.region, Region::Content | Region::BetweenCalls) {
                     self.region = Region::Call;
                     self.between.clear();
-                    let id = self.call_id(self.calls.len());
-                    self.calls.push(CallText {
-                        raw: String::new(),
-                        scanner: ObjectScanner::new(0, "arguments"),
-                        started: false,
-                        args_sent: 0,
-                        id,
-                    });
+                    self.open_call();
                     return true;
                 }
                 if id == close && self.region == Region::Call {
@@ -610,6 +603,18 @@ impl StreamParser {
     /// The text of a token, as the decoder writes it alone.
     fn token_text(&self, id: u32) -> String {
         self.table.decode_continuation(&[id]).unwrap_or_default()
+    }
+
+    /// Start reading the next call (its text comes next).
+    fn open_call(&mut self) {
+        let id = self.call_id(self.calls.len());
+        self.calls.push(CallText {
+            raw: String::new(),
+            scanner: ObjectScanner::new(0, "arguments"),
+            started: false,
+            args_sent: 0,
+            id,
+        });
     }
 
     /// An id for call `index`: 9 letters and digits from the ids read so far.
@@ -779,14 +784,7 @@ impl StreamParser {
                         (_, b) if b.is_ascii_whitespace() => state,
                         (ListState::Open, b'[') => ListState::Item,
                         (ListState::Item, b'{') => {
-                            let id = self.call_id(self.calls.len());
-                            self.calls.push(CallText {
-                                raw: String::new(),
-                                scanner: ObjectScanner::new(0, "arguments"),
-                                started: false,
-                                args_sent: 0,
-                                id,
-                            });
+                            self.open_call();
                             ListState::InCall
                         }
                         (ListState::Item, b']') if self.calls.is_empty() => ListState::Closed,
