@@ -7,7 +7,7 @@ gives them their public types. See docs/parsing.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Optional
 
 from . import _core
 
@@ -60,40 +60,6 @@ format writes it after the arguments: Mistral), ``{"type": "arguments", "index",
 last ``{"type": "done", "stop", "completion": ParsedCompletion}``."""
 
 
-class CompletionStream:
-    """A completion read as it is generated (:meth:`chatids.Encoder.stream_parser`).
-
-    Feed it the generated ids one at a time or a few at a time; each :meth:`feed` returns the
-    deltas those ids complete. The ``done`` delta comes when a stop token is fed, or from
-    :meth:`finish` when the ids ran out (``stop == "length"``). Whatever the chunking, the
-    ``completion`` of ``done`` is the one :meth:`chatids.Encoder.parse_completion` gives for the
-    same ids (the stream ends at its stop token: ids fed after it are not read, and its
-    ``after_stop`` is empty). For a turn the
-    grammar reads whole (``completion.complete``), the content deltas add up to its content and
-    each call's argument deltas to the text it was read from; a call that turns out malformed or
-    is cut by the length limit may have sent deltas before ``done`` moves it to ``remainder``.
-    Each id costs O(1): nothing is decoded twice.
-    """
-
-    __slots__ = ("_core",)
-
-    def __init__(self, core: _core.CompletionStream) -> None:
-        self._core = core
-
-    def feed(self, ids: Union[int, Iterable[int]]) -> list[Delta]:
-        """Read the next generated id (an int) or ids (a list); the deltas they complete."""
-        deltas = self._core.feed(ids if isinstance(ids, (int, list)) else list(ids))
-        if deltas and deltas[-1]["type"] == "done":
-            _typed_done(deltas[-1])
-        return deltas
-
-    def finish(self) -> list[Delta]:
-        """End the completion: the remaining deltas, then ``done`` (if not sent yet)."""
-        deltas = self._core.finish()
-        if deltas and deltas[-1]["type"] == "done":
-            _typed_done(deltas[-1])
-        return deltas
-
-
-def _typed_done(done: Delta) -> None:
-    done["completion"] = _parsed(done["completion"])
+CompletionStream = _core.CompletionStream
+"""A completion read as it is generated (:meth:`chatids.Encoder.stream_parser`); the compiled
+core's class, documented in ``_core.pyi``."""

@@ -87,8 +87,23 @@ class Session:
 
 @final
 class CompletionStream:
-    def feed(self, ids: int | list[int]) -> list[dict[str, Any]]: ...
-    def finish(self) -> list[dict[str, Any]]: ...
+    """A completion read as it is generated (:meth:`chatids.Encoder.stream_parser`).
+
+    Feed it the generated ids one at a time or a few at a time; each :meth:`feed` returns the
+    deltas those ids complete. The ``done`` delta comes when a stop token is fed, or from
+    :meth:`finish` when the ids ran out (``stop == "length"``). Whatever the chunking, the
+    ``completion`` of ``done`` is the one :meth:`chatids.Encoder.parse_completion` gives for the
+    same ids (the stream ends at its stop token: ids fed after it are not read, and its
+    ``after_stop`` is empty). For a turn the
+    grammar reads whole (``completion.complete``), the content deltas add up to its content and
+    each call's argument deltas to the text it was read from; a call that turns out malformed or
+    is cut by the length limit may have sent deltas before ``done`` moves it to ``remainder``.
+    Each id costs O(1): nothing is decoded twice.
+    """
+    def feed(self, ids: int | list[int]) -> list[dict[str, Any]]:
+        """Read the next generated id (an int) or ids (a list); the deltas they complete."""
+    def finish(self) -> list[dict[str, Any]]:
+        """End the completion: the remaining deltas, then ``done`` (if not sent yet)."""
 
 @final
 class Encoder:
@@ -130,7 +145,7 @@ class Encoder:
     def append_rewrites(self) -> Optional[list[str]]: ...
     def session(self, options: CallOptions) -> Session: ...
     def parse_completion(self, ids: list[int]) -> dict[str, Any]: ...
-    def stream_parser(self) -> CompletionStream: ...
+    def stream_parser(self, completion_type: Any) -> CompletionStream: ...
     def decode(self, ids: list[int]) -> str: ...
     @property
     def template_args(self) -> Optional[list[str]]: ...

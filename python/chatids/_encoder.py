@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _core
 from ._jinja2_fallback import Jinja2Renderer, Jinja2Route
-from ._completion import CompletionStream, ParsedCompletion, _parsed
+from ._completion import ParsedCompletion, _parsed
 from ._options import CallOptions, call_options
 from ._training import Packed, Padded, Truncation, pack, to_padded
 
@@ -470,11 +470,11 @@ class Encoder:
         """
         return _parsed(self._core.parse_completion(_id_list(ids)))
 
-    def stream_parser(self) -> CompletionStream:
+    def stream_parser(self) -> _core.CompletionStream:
         """A :class:`CompletionStream` for one completion: feed it ids as they are generated,
         get content, reasoning and tool-call deltas, then ``done`` with the same
         :class:`ParsedCompletion` as :meth:`parse_completion`."""
-        return CompletionStream(self._core.stream_parser())
+        return self._core.stream_parser(ParsedCompletion)
 
     def decode(self, ids: Any) -> str:
         """The text of ``ids`` as the tokenizer decodes them (``tokenizer.decode(ids)``, special

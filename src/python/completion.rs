@@ -142,17 +142,35 @@ fn delta_to_py<'py>(py: Python<'py>, delta: &Delta) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-/// A completion read as it is generated. Use `chatids.Encoder.stream_parser`.
+/// A completion read as it is generated (:meth:`chatids.Encoder.stream_parser`).
+///
+/// Feed it the generated ids one at a time or a few at a time; each `feed` returns the
+/// deltas those ids complete. The ``done`` delta comes when a stop token is fed, or from
+/// `finish` when the ids ran out (``stop == "length"``). Whatever the chunking, the
+/// ``completion`` of ``done`` is the one `Encoder.parse_completion` gives for the
+/// same ids (the stream ends at its stop token: ids fed after it are not read, and its
+/// ``after_stop`` is empty). For a turn the
+/// grammar reads whole (``completion.complete``), the content deltas add up to its content and
+/// each call's argument deltas to the text it was read from; a call that turns out malformed or
+/// is cut by the length limit may have sent deltas before ``done`` moves it to ``remainder``.
+/// Each id costs O(1): nothing is decoded twice.
 #[pyclass(name = "CompletionStream", module = "chatids._core", frozen)]
 pub(super) struct PyCompletionStream {
     encoder: Py<PyEncoder>,
+    /// What builds the done delta's completion from its dict (`chatids.ParsedCompletion`).
+    completion_type: Py<PyAny>,
     inner: Mutex<(StreamParser, usize, bool)>,
 }
 
 impl PyCompletionStream {
-    pub(super) fn new(encoder: Py<PyEncoder>, parser: StreamParser) -> Self {
+    pub(super) fn new(
+        encoder: Py<PyEncoder>,
+        completion_type: Py<PyAny>,
+        parser: StreamParser,
+    ) -> Self {
         PyCompletionStream {
             encoder,
+            completion_type,
             inner: Mutex::new((parser, 0, false)),
         }
     }
@@ -180,7 +198,11 @@ impl PyCompletionStream {
             d.set_item("type", "done")?;
             let (stop, _) = stop_text(encoder, parsed.stop);
             d.set_item("stop", stop)?;
-            d.set_item("completion", parsed_to_py(py, encoder, &parsed)?)?;
+            let fields = parsed_to_py(py, encoder, &parsed)?;
+            d.set_item(
+                "completion",
+                self.completion_type.bind(py).call((), Some(&fields))?,
+            )?;
             out.append(d)?;
         }
         Ok(out)

@@ -168,10 +168,15 @@ impl PyEncoder {
     }
 
     /// A parser fed the ids of one completion as they are generated.
-    fn stream_parser(slf: &Bound<'_, Self>) -> PyResult<completion::PyCompletionStream> {
+    /// `completion_type` builds the done delta's completion from its fields (keyword arguments).
+    fn stream_parser(
+        slf: &Bound<'_, Self>,
+        completion_type: Py<PyAny>,
+    ) -> PyResult<completion::PyCompletionStream> {
         let parser = guarded(|| slf.get().inner.stream_parser())?;
         Ok(completion::PyCompletionStream::new(
             slf.clone().unbind(),
+            completion_type,
             parser,
         ))
     }
