@@ -183,11 +183,13 @@ impl PyCompletionStream {
         let finished = (end || parser.stopped()) && !*done_sent;
         // A stream ends at its stop token: what is fed after it is not read, whatever the
         // chunking (the done completion's after_stop is empty).
-        let parsed = finished.then(|| {
-            let mut parsed = parser.finish();
+        let parsed = if finished {
+            let mut parsed = guarded(|| Ok(parser.finish()))?;
             parsed.after_stop.clear();
-            parsed
-        });
+            Some(parsed)
+        } else {
+            None
+        };
         let out = PyList::empty(py);
         for delta in parser.take_deltas() {
             out.append(delta_to_py(py, &delta)?)?;
