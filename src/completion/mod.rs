@@ -482,9 +482,8 @@ impl StreamParser {
         }
         let mut out = std::mem::take(&mut self.decoded);
         out.clear();
-        let table = Arc::clone(&self.table);
         self.text
-            .push(&table, id, &mut out)
+            .push(&self.table, id, &mut out)
             .map_err(|_| UnknownToken { index: 0, id })?;
         self.text_in(&out);
         self.decoded = out;
@@ -494,8 +493,7 @@ impl StreamParser {
     /// Write the text held by the decoder (before a marker or the end).
     fn flush_text(&mut self) {
         let mut out = String::new();
-        let table = Arc::clone(&self.table);
-        self.text.finish(&table, &mut out);
+        self.text.finish(&self.table, &mut out);
         if !out.is_empty() {
             self.text_in(&out);
         }
@@ -630,10 +628,17 @@ impl StreamParser {
     }
 
     fn text_in(&mut self, text: &str) {
-        let g = Arc::clone(&self.grammar);
+        // The grammar's plain fields, copied (no Arc clone: this runs once per id).
+        let (prefix_all, calls) = (self.grammar.content_prefix, self.grammar.calls);
+        let content_trim = if self.reasoning_closed {
+            self.grammar.content_after_reasoning
+        } else {
+            self.grammar.content
+        };
+        let reasoning_trim = self.grammar.reasoning_trim;
         let mut text = text;
         if self.prefix_left > 0 && self.region == Region::Content {
-            let prefix = &g.content_prefix[g.content_prefix.len() - self.prefix_left..];
+            let prefix = &prefix_all[prefix_all.len() - self.prefix_left..];
             let common = prefix
                 .bytes()
                 .zip(text.bytes())
@@ -654,13 +659,8 @@ impl StreamParser {
         }
         match self.region {
             Region::Content => {
-                let trim = if self.reasoning_closed {
-                    g.content_after_reasoning
-                } else {
-                    g.content
-                };
-                let hold = matches!(g.calls, CallSyntax::Tagged { .. });
-                self.content.push(text, trim, hold);
+                let hold = matches!(calls, CallSyntax::Tagged { .. });
+                self.content.push(text, content_trim, hold);
                 if self.streaming && !self.content_withheld() {
                     if let Some(d) = self.content.take() {
                         self.emit(Delta::Content(d));
@@ -669,7 +669,7 @@ impl StreamParser {
             }
             Region::Reasoning => {
                 let field = self.reasoning.as_mut().expect("reasoning is open");
-                field.push(text, g.reasoning_trim, false);
+                field.push(text, reasoning_trim, false);
                 if self.streaming {
                     if let Some(d) = field.take() {
                         self.emit(Delta::Reasoning(d));

@@ -198,9 +198,8 @@ impl PyCompletionStream {
             *done_sent = true;
             let d = PyDict::new(py);
             d.set_item("type", "done")?;
-            let (stop, _) = stop_text(encoder, parsed.stop);
-            d.set_item("stop", stop)?;
             let fields = parsed_to_py(py, encoder, &parsed)?;
+            d.set_item("stop", fields.get_item("stop")?)?;
             d.set_item(
                 "completion",
                 self.completion_type.bind(py).call((), Some(&fields))?,
