@@ -19,11 +19,17 @@
 //! there is kept verbatim in [`ParsedCompletion::remainder`]; ids after the stop token are kept
 //! in [`ParsedCompletion::after_stop`].
 
+mod families;
 mod json;
+mod syntax;
 
 use std::sync::Arc;
 
+pub use families::{deepseek_v3, harmony, hermes};
+pub use syntax::{DeepSeekTokens, HarmonyTokens};
+
 use json::ObjectScanner;
+use syntax::HarmonyMessage;
 
 use crate::text::{StreamState, TokenText};
 
@@ -94,6 +100,42 @@ pub enum CallSyntax {
         /// `<|python_tag|>`.
         python_tag: u32,
     },
+    /// gpt-oss harmony: the turn is a run of messages, each a header then `<|message|>` and a
+    /// body. `<|channel|>analysis` is the reasoning, `<|channel|>final` the content, and
+    /// `to=functions.NAME` (before the channel, or after `commentary`) a call whose body is its
+    /// arguments; `<|end|>` ends the analysis and `<|start|>assistant` opens the next message.
+    Harmony(HarmonyTokens),
+    /// DeepSeek V3: `<｜tool▁calls▁begin｜>`, then per call `<｜tool▁call▁begin｜>function
+    /// <｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>` (`\n` between calls), then
+    /// `<｜tool▁calls▁end｜>`.
+    DeepSeek(DeepSeekTokens),
+}
+
+impl CallSyntax {
+    /// The marker tokens of the syntax (control tokens the grammar places).
+    pub fn markers(&self) -> Vec<u32> {
+        match *self {
+            CallSyntax::None => vec![],
+            CallSyntax::Tagged { open, close } => vec![open, close],
+            CallSyntax::List { marker } => vec![marker],
+            CallSyntax::Llama3 { python_tag } => vec![python_tag],
+            CallSyntax::Harmony(h) => h.markers(),
+            CallSyntax::DeepSeek(d) => d.markers(),
+        }
+    }
+
+    /// The markers that open a call (one of them is in every turn with a call).
+    pub fn call_openers(&self) -> Vec<u32> {
+        match *self {
+            CallSyntax::None => vec![],
+            CallSyntax::Tagged { open, .. } => vec![open],
+            CallSyntax::List { marker } => vec![marker],
+            // A JSON call has no marker.
+            CallSyntax::Llama3 { .. } => vec![],
+            CallSyntax::Harmony(h) => vec![h.message],
+            CallSyntax::DeepSeek(d) => vec![d.calls_begin],
+        }
+    }
 }
 
 /// How a format writes an assistant turn: what [`StreamParser`] reads.
@@ -121,6 +163,12 @@ pub struct Grammar {
     pub calls: CallSyntax,
     /// Whether the format writes the call ids (Mistral); otherwise [`StreamParser`] makes them.
     pub writes_call_ids: bool,
+    /// The template writes the calls only when the content is null (DeepSeek V3): a turn with
+    /// calls and no content reads back with `content: None`.
+    pub null_content_with_calls: bool,
+    /// The template writes the arguments as a string (DeepSeek V3 concatenates them): they read
+    /// back as the text the model wrote, never as a JSON value.
+    pub arguments_as_text: bool,
     /// The control tokens, one bit per id: any of them that is not a stop or a marker where it
     /// comes ends the parse (see [`ParsedCompletion::remainder`]).
     pub control: Arc<Vec<u64>>,
@@ -140,6 +188,8 @@ impl Grammar {
             content_after_reasoning: content,
             calls: CallSyntax::None,
             writes_call_ids: false,
+            null_content_with_calls: false,
+            arguments_as_text: false,
             control: Arc::default(),
         }
     }
@@ -214,6 +264,9 @@ pub struct ParsedCompletion {
     pub remainder: String,
     /// Ids after the stop token.
     pub after_stop: Vec<u32>,
+    /// The content is null, not empty: the turn has calls and no content, and the template
+    /// writes calls only for a null content ([`Grammar::null_content_with_calls`]).
+    pub content_null: bool,
 }
 
 /// What a stream sends as it reads.
@@ -309,6 +362,22 @@ enum Region {
     List,
     /// After `<|python_tag|>`.
     Python,
+    /// Harmony: a message header, up to `<|message|>`.
+    Header,
+    /// Harmony: a call's body (its arguments).
+    HarmonyCall,
+    /// Harmony: after `<|end|>`, before `<|start|>`.
+    BetweenMessages,
+    /// Harmony: a call a stop token ended.
+    CallDone,
+    /// DeepSeek: in the calls block, between calls (only whitespace).
+    DsCalls,
+    /// DeepSeek: a call's type, up to `<｜tool▁sep｜>`.
+    DsType,
+    /// DeepSeek: a call's `NAME\n```json\nARGS\n````.
+    DsCall,
+    /// DeepSeek: after `<｜tool▁calls▁end｜>` (only whitespace).
+    DsClosed,
     /// Text the grammar does not read.
     Remainder,
 }
@@ -321,6 +390,10 @@ struct CallText {
     started: bool,
     args_sent: usize,
     id: String,
+    /// The name, where the syntax writes it outside the JSON (harmony's header, DeepSeek's
+    /// name line); the arguments are then `raw[span]` (all of `raw` when `span` is `None`).
+    name: Option<String>,
+    span: Option<(usize, usize)>,
 }
 
 /// Reads a completion's ids as they come.
@@ -354,6 +427,15 @@ pub struct StreamParser {
     between: String,
     /// Whether to produce deltas (a one-shot parse does not).
     streaming: bool,
+    /// Harmony: the header read so far; DeepSeek: the call's type.
+    header: String,
+    /// Harmony: the header starts with its author (not the first message).
+    header_role: bool,
+    /// Harmony: a final message was read.
+    final_seen: bool,
+    /// The current block verbatim (harmony: the message's header; DeepSeek: the calls block),
+    /// which goes to the remainder if the block does not end as the grammar says.
+    block: String,
 }
 
 /// Where the list of a [`CallSyntax::List`] is.
@@ -408,12 +490,20 @@ impl StreamParser {
             prefix_left: 0,
             between: String::new(),
             streaming: true,
+            header: String::new(),
+            header_role: false,
+            final_seen: false,
+            block: String::new(),
         }
         .with_prefix()
     }
 
     fn with_prefix(mut self) -> Self {
         self.prefix_left = self.grammar.content_prefix.len();
+        if let CallSyntax::Harmony(_) = self.grammar.calls {
+            // The generation prompt ends with `<|start|>assistant`: the header comes first.
+            self.region = Region::Header;
+        }
         self
     }
 
@@ -468,6 +558,9 @@ impl StreamParser {
         }
         if let Some(stop) = self.grammar.stop(id) {
             self.flush_text();
+            if self.region == Region::HarmonyCall {
+                self.region = Region::CallDone;
+            }
             self.stop = Some(stop.id);
             return Ok(());
         }
@@ -556,9 +649,163 @@ impl StreamParser {
                     return true;
                 }
             }
+            CallSyntax::Harmony(h) => return self.harmony_marker(id, h),
+            CallSyntax::DeepSeek(d) => return self.deepseek_marker(id, d),
             CallSyntax::None => {}
         }
         false
+    }
+
+    /// A harmony token where it may come: `<|channel|>` and `<|constrain|>` in a header,
+    /// `<|message|>` after a header the grammar reads (at most one analysis, then the final
+    /// answer or one call), `<|end|>` after the analysis, `<|start|>` after `<|end|>`.
+    fn harmony_marker(&mut self, id: u32, h: HarmonyTokens) -> bool {
+        match self.region {
+            Region::Header if id == h.channel || Some(id) == h.constrain => {
+                let text = self.token_text(id);
+                self.header.push_str(&text);
+                self.block.push_str(&text);
+                true
+            }
+            Region::Header if id == h.message => {
+                let channel = self.token_text(h.channel);
+                let Some(kind) = syntax::harmony_header(&self.header, self.header_role, &channel)
+                else {
+                    return false;
+                };
+                let nothing_yet =
+                    self.content.start.is_none() && !self.final_seen && self.calls.is_empty();
+                match kind {
+                    HarmonyMessage::Analysis if nothing_yet && self.reasoning.is_none() => {
+                        self.reasoning = Some(Field::default());
+                        self.region = Region::Reasoning;
+                    }
+                    HarmonyMessage::Final if nothing_yet => {
+                        self.final_seen = true;
+                        self.region = Region::Content;
+                    }
+                    HarmonyMessage::Call(name) if nothing_yet => {
+                        self.open_call();
+                        let index = self.calls.len() - 1;
+                        let call = &mut self.calls[index];
+                        call.name = Some(name.clone());
+                        call.started = true;
+                        let id = Some(call.id.clone());
+                        self.emit(Delta::ToolCallStart { index, id, name });
+                        self.region = Region::HarmonyCall;
+                    }
+                    _ => return false,
+                }
+                let text = self.token_text(id);
+                self.block.push_str(&text);
+                true
+            }
+            Region::Reasoning if id == h.end => {
+                self.region = Region::BetweenMessages;
+                self.block.clear();
+                true
+            }
+            Region::BetweenMessages if id == h.start => {
+                self.region = Region::Header;
+                self.header.clear();
+                self.header_role = true;
+                self.block = self.token_text(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A DeepSeek V3 tool-call token where it may come.
+    fn deepseek_marker(&mut self, id: u32, d: DeepSeekTokens) -> bool {
+        match self.region {
+            Region::Content if id == d.calls_begin => {
+                self.region = Region::DsCalls;
+                self.block = self.token_text(id);
+                true
+            }
+            Region::DsCalls if id == d.call_begin => {
+                self.region = Region::DsType;
+                self.header.clear();
+                let text = self.token_text(id);
+                self.block.push_str(&text);
+                true
+            }
+            Region::DsType if id == d.sep && self.header == "function" => {
+                let text = self.token_text(id);
+                self.block.push_str(&text);
+                self.open_call();
+                self.region = Region::DsCall;
+                true
+            }
+            Region::DsCall if id == d.call_end => {
+                let index = self.calls.len() - 1;
+                let call = &mut self.calls[index];
+                let Some((name, a, b)) = deepseek_call(&call.raw) else {
+                    return false;
+                };
+                call.name = Some(name);
+                call.span = Some((a, b));
+                self.deepseek_deltas(index, true);
+                let text = self.token_text(id);
+                let call = &self.calls[index];
+                self.block.push_str(&call.raw);
+                self.block.push_str(&text);
+                self.region = Region::DsCalls;
+                true
+            }
+            Region::DsCalls if id == d.calls_end && !self.calls.is_empty() => {
+                self.region = Region::DsClosed;
+                self.block.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Stream a DeepSeek call: its start once the name line is complete, then its arguments,
+    /// holding back what may be the closing `\n```` until `last`.
+    fn deepseek_deltas(&mut self, index: usize, last: bool) {
+        const FENCE: &str = "\n```json\n";
+        const CLOSE: &str = "\n```";
+        let call = &mut self.calls[index];
+        let Some(line) = call.raw.find('\n') else {
+            return;
+        };
+        if !call.started {
+            if call.raw.len() < line + FENCE.len() || !call.raw[line..].starts_with(FENCE) {
+                return;
+            }
+            call.started = true;
+            let (id, name) = (call.id.clone(), call.raw[..line].to_string());
+            self.emit(Delta::ToolCallStart {
+                index,
+                id: Some(id),
+                name,
+            });
+        }
+        let call = &mut self.calls[index];
+        let from = (line + FENCE.len()).max(call.args_sent);
+        let end = match (last, call.span) {
+            (true, Some((_, b))) => b,
+            _ => {
+                // Hold back a suffix that may start the closing fence.
+                let raw = call.raw.as_str();
+                let held = (1..=CLOSE.len().min(raw.len()))
+                    .rev()
+                    .find(|&k| {
+                        raw.is_char_boundary(raw.len() - k)
+                            && CLOSE.starts_with(&raw[raw.len() - k..])
+                    })
+                    .unwrap_or(0);
+                raw.len() - held
+            }
+        };
+        if end > from {
+            let text = call.raw[from..end].to_string();
+            call.args_sent = end;
+            self.emit(Delta::ToolCallArguments { index, text });
+        }
     }
 
     /// Move what is unfinished in the current region into the remainder: an open call block,
@@ -588,7 +835,21 @@ impl StreamParser {
                 self.python.clear();
             }
             // Whitespace after the last call: the template writes none there.
-            (Region::BetweenCalls, _) => moved.push_str(&self.between),
+            (Region::BetweenCalls | Region::DsClosed, _) => moved.push_str(&self.between),
+            (Region::Header, _) => moved.push_str(&self.block),
+            (Region::HarmonyCall, _) => {
+                let call = self.calls.pop().expect("a call is open");
+                moved.push_str(&self.block);
+                moved.push_str(&call.raw);
+            }
+            // A DeepSeek calls block that did not close: its calls with it.
+            (Region::DsCalls | Region::DsType | Region::DsCall, _) => {
+                moved.push_str(&self.block);
+                if self.region == Region::DsCall {
+                    moved.push_str(&self.calls.last().expect("a call is open").raw);
+                }
+                self.calls.clear();
+            }
             _ => {}
         }
         self.between.clear();
@@ -612,6 +873,8 @@ impl StreamParser {
             started: false,
             args_sent: 0,
             id,
+            name: None,
+            span: None,
         });
     }
 
@@ -695,6 +958,50 @@ impl StreamParser {
                 self.scan_list();
             }
             Region::Python => self.python.push_str(text),
+            Region::Header => {
+                self.header.push_str(text);
+                self.block.push_str(text);
+            }
+            Region::HarmonyCall => {
+                let index = self.calls.len() - 1;
+                self.calls[index].raw.push_str(text);
+                self.emit(Delta::ToolCallArguments {
+                    index,
+                    text: text.to_string(),
+                });
+            }
+            Region::DsType => {
+                self.header.push_str(text);
+                self.block.push_str(text);
+            }
+            Region::DsCall => {
+                let index = self.calls.len() - 1;
+                self.calls[index].raw.push_str(text);
+                if self.streaming {
+                    self.deepseek_deltas(index, false);
+                }
+            }
+            Region::DsCalls | Region::DsClosed | Region::BetweenMessages => {
+                let region = self.region;
+                let held = if region == Region::DsCalls {
+                    &mut self.block
+                } else {
+                    &mut self.between
+                };
+                held.push_str(text);
+                if !text.trim().is_empty() || region == Region::BetweenMessages {
+                    // Only whitespace may come here (nothing, between harmony messages).
+                    if region == Region::BetweenMessages {
+                        self.between.clear();
+                    }
+                    self.settle();
+                    self.region = Region::Remainder;
+                    if region == Region::BetweenMessages {
+                        self.remainder.push_str(text);
+                    }
+                }
+            }
+            Region::CallDone => self.remainder.push_str(text),
             Region::Remainder => self.remainder.push_str(text),
         }
     }
@@ -827,6 +1134,18 @@ impl StreamParser {
         let mut before_call = self.list_end.is_some();
         before_call |= !self.calls.is_empty() && matches!(g.calls, CallSyntax::Tagged { .. });
         for call in &self.calls {
+            if let Some(name) = &call.name {
+                let (a, b) = call.span.unwrap_or((0, call.raw.len()));
+                let text = call.raw[a..b].to_string();
+                tool_calls.push(ToolCall {
+                    id: call.id.clone(),
+                    name: name.clone(),
+                    arguments: serde_json::from_str(&text).ok(),
+                    arguments_text: text,
+                    arguments_first: false,
+                });
+                continue;
+            }
             let s = &call.scanner;
             let (Some((a, b)), Some((c, d, _))) = (s.name, s.arguments) else {
                 continue;
@@ -894,6 +1213,13 @@ impl StreamParser {
                 self.emit(Delta::Reasoning(unsent.to_string()));
             }
         }
+        if g.arguments_as_text {
+            for call in &mut tool_calls {
+                call.arguments = None;
+            }
+        }
+        let content_null =
+            g.null_content_with_calls && content.is_empty() && !tool_calls.is_empty();
         let remainder = self.remainder.clone();
         let stop = match self.stop {
             Some(id) => Stop::Token(id),
@@ -912,6 +1238,7 @@ impl StreamParser {
             stop,
             remainder,
             after_stop: self.after_stop.clone(),
+            content_null,
         };
         self.finished = Some(done.clone());
         done
@@ -928,6 +1255,18 @@ pub fn parse(
     parser.streaming = false;
     parser.feed(ids, 0)?;
     Ok(parser.finish())
+}
+
+/// A DeepSeek V3 call's text after `<｜tool▁sep｜>`: `NAME\n```json\nARGS\n````, read into
+/// the name and where the arguments are.
+fn deepseek_call(raw: &str) -> Option<(String, usize, usize)> {
+    let (name, rest) = raw.split_once("\n```json\n")?;
+    let args = rest.strip_suffix("\n```")?;
+    if name.is_empty() || name.contains('\n') {
+        return None;
+    }
+    let a = name.len() + "\n```json\n".len();
+    Some((name.to_string(), a, a + args.len()))
 }
 
 /// Llama 3's JSON call: the whole content is `{"name": "...", "parameters": {...}}` (as the
@@ -1049,6 +1388,19 @@ mod tests {
         );
         assert_eq!(builtin_call("print(1)"), None);
         assert_eq!(python_call("print(1)").unwrap().name, "code_interpreter");
+    }
+
+    #[test]
+    fn deepseek_calls() {
+        let raw = "get_weather\n```json\n{\"city\": \"Paris\"}\n```";
+        let (name, a, b) = deepseek_call(raw).unwrap();
+        assert_eq!(
+            (name.as_str(), &raw[a..b]),
+            ("get_weather", "{\"city\": \"Paris\"}")
+        );
+        assert!(deepseek_call("get_weather\n{}").is_none());
+        assert!(deepseek_call("\n```json\n{}\n```").is_none());
+        assert!(deepseek_call("a\nb\n```json\n{}\n```").is_none());
     }
 
     #[test]

@@ -2,12 +2,21 @@
 //! built on first use and shared by every parser it makes.
 //!
 //! A native format declares its grammar ([`ChatFormat::grammar`]); the encoder adds its stop
-//! tokens (those that mean "waiting for a tool" flagged) and its control tokens. The Jinja path
-//! and the mistral-common route have no grammar yet: they refuse, saying so.
+//! tokens (those that mean "waiting for a tool" flagged) and its control tokens.
+//!
+//! On the Jinja path the grammar is derived ([`derive`]): the checkpoint's own template
+//! renders probe turns (content; reasoning under each key templates read; one and two tool
+//! calls), and a candidate family ([`completion::harmony`], [`completion::deepseek_v3`],
+//! [`completion::hermes`], or none) serves only if it reads every probe turn the template
+//! writes whole back into the probe message, its markers being the ones the template wrote.
+//! No candidate, or two that differ: the encoder refuses, saying why. The mistral-common route
+//! has no grammar yet and refuses too.
+
+mod derive;
 
 use std::sync::Arc;
 
-use super::{Encoder, Renderer};
+use super::{Encoder, Renderer, TemplateRoute};
 use crate::completion::{self, Grammar, ParsedCompletion, StopToken, StreamParser};
 use crate::error::{Error, Result, TemplateError};
 use crate::render::native::ChatFormat;
@@ -32,7 +41,7 @@ impl Encoder {
                 }
             };
             CompletionTables {
-                grammar: self.build_grammar(),
+                grammar: self.build_grammar(table.as_ref().ok()),
                 table,
             }
         })
@@ -48,7 +57,10 @@ impl Encoder {
         ))
     }
 
-    fn build_grammar(&self) -> std::result::Result<Arc<Grammar>, String> {
+    fn build_grammar(
+        &self,
+        table: Option<&Arc<TokenText>>,
+    ) -> std::result::Result<Arc<Grammar>, String> {
         let Some(route) = self.template() else {
             return Err(
                 "reading completions back is not available on the mistral-common route yet; \
@@ -56,19 +68,8 @@ impl Encoder {
                     .to_string(),
             );
         };
-        let format: &dyn ChatFormat = match &route.renderer {
-            Renderer::Native(f) => f.as_ref(),
-            Renderer::Jinja | Renderer::External { .. } => {
-                return Err(format!(
-                    "reading completions back needs the format's grammar; no native format serves this \
-                     checkpoint's template (it is rendered on the Jinja path), and chatids does not derive \
-                     the grammar of a template yet: {}",
-                    route.template_source
-                ))
-            }
-        };
         let tokenizer = route.text.tokenizer();
-        let mut grammar = format.grammar(&|text| {
+        let token = |text: &str| {
             route
                 .control_tokens
                 .tokens()
@@ -76,7 +77,29 @@ impl Encoder {
                 .find(|(t, _)| t == text)
                 .map(|&(_, id)| id)
                 .or_else(|| tokenizer.token_to_id(text))
-        });
+        };
+        match &route.renderer {
+            Renderer::Native(f) => {
+                let format: &dyn ChatFormat = f.as_ref();
+                Ok(Arc::new(
+                    self.complete_grammar(route, format.grammar(&token)),
+                ))
+            }
+            Renderer::Jinja => {
+                let table = table.ok_or("the vocabulary cannot be decoded")?;
+                derive::derive(self, &token, table).map(Arc::new)
+            }
+            Renderer::External { .. } => Err(format!(
+                "reading completions back needs the template's grammar, and this checkpoint's \
+                 template cannot be compiled (the caller renders it): {}",
+                route.template_source
+            )),
+        }
+    }
+
+    /// A format's grammar with the encoder's stop tokens and control tokens.
+    fn complete_grammar(&self, route: &TemplateRoute, mut grammar: Grammar) -> Grammar {
+        let tokenizer = route.text.tokenizer();
         grammar.stops = self
             .stop_token_ids
             .iter()
@@ -97,25 +120,13 @@ impl Encoder {
                 control.insert(id);
             }
         }
-        match grammar.calls {
-            completion::CallSyntax::Tagged { open, close } => {
-                control.insert(open);
-                control.insert(close);
-            }
-            completion::CallSyntax::List { marker } => {
-                control.insert(marker);
-            }
-            completion::CallSyntax::Llama3 { python_tag } => {
-                control.insert(python_tag);
-            }
-            completion::CallSyntax::None => {}
-        }
+        control.extend(grammar.calls.markers());
         if let Some((open, close)) = grammar.reasoning {
             control.insert(open);
             control.insert(close);
         }
         grammar.set_control(control);
-        Ok(Arc::new(grammar))
+        grammar
     }
 
     /// How this encoder's format writes an assistant turn.

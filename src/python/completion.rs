@@ -84,7 +84,11 @@ pub(super) fn parsed_to_py<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let message = PyDict::new(py);
     message.set_item("role", "assistant")?;
-    message.set_item("content", &parsed.content)?;
+    if parsed.content_null {
+        message.set_item("content", py.None())?;
+    } else {
+        message.set_item("content", &parsed.content)?;
+    }
     if let Some(reasoning) = &parsed.reasoning {
         message.set_item(parsed.reasoning_key, reasoning)?;
     }
