@@ -62,6 +62,10 @@ LABELS = {
     "test_parse_chatids": "chatids `parse_completion` (decode and read)",
     "test_parse_chatids_stream": "chatids `stream_parser`, one `feed` per id from Python",
     "test_parse_transformers_decode": "`tokenizer.decode(ids)` alone (no parsing)",
+    "test_parse_harmony_chatids": "chatids `parse_completion` (decode and read)",
+    "test_parse_harmony_chatids_stream": "chatids `stream_parser`, one `feed` per id from Python",
+    "test_parse_harmony_reference": "openai-harmony `parse_messages_from_completion_tokens`",
+    "test_parse_harmony_reference_stream": "openai-harmony `StreamableParser`, one `process` per id",
 }
 
 #: extra_info keys shown under a group's table, with their labels.

@@ -10,15 +10,27 @@
     hand-written parser (no parsing), as the yardstick.
 
   Before timing, the parse is checked: the call is read, the content equals the text written.
+* ``parse-gpt-oss-120b``: a harmony completion of about 1,000 tokens (an analysis message, then
+  a call with ``<|constrain|>json``), tokenized by openai-harmony itself:
+  - ``chatids parse_completion`` and ``chatids stream, one id per feed``, as above;
+  - ``openai-harmony parse_messages_from_completion_tokens``: the reference parser, one shot;
+  - ``openai-harmony StreamableParser, one id per process``: its streaming parser.
+
+  Before timing, both parsers are checked to read the same analysis, call and arguments.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 import chatids
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import support  # noqa: E402
 
 MODELS = {
     "qwen2.5-7b-instruct": '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call><|im_end|>',
@@ -96,3 +108,79 @@ def test_parse_transformers_decode(benchmark, parse_bench):
     benchmark.group = f"parse-{parse_bench.name}"
     benchmark.extra_info.update(tokens=len(parse_bench.ids), conversations=1, unit="completions")
     benchmark(parse_bench.decode)
+
+
+class HarmonyBench:
+    def __init__(self, corpus: list[list[dict]], cache: Path):
+        from openai_harmony import Role, StreamableParser
+
+        self.Role, self.StreamableParser = Role, StreamableParser
+        self.harmony = support.harmony_encoding(cache)
+        self.enc = chatids.Encoder.from_pretrained(os.path.join(os.environ["CHATIDS_MODELS_DIR"], "gpt-oss-120b"))
+        text = ""
+        for conv in corpus:
+            for m in conv:
+                if m["role"] == "assistant" and "<|" not in m["content"]:
+                    text += m["content"] + "\n\n"
+            if len(self.harmony.encode(text)) > 1000:
+                break
+        self.thought = self.harmony.decode(self.harmony.encode(text)[:950]).strip()
+        completion = (
+            f"<|channel|>analysis<|message|>{self.thought}<|end|><|start|>assistant<|channel|>commentary "
+            'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>'
+        )
+        self.ids = self.harmony.encode(completion, allowed_special="all")
+        ours = self.enc.parse_completion(self.ids)
+        theirs = self.harmony.parse_messages_from_completion_tokens(self.ids, Role.ASSISTANT)
+        assert ours.complete and ours.message["thinking"] == theirs[0].content[0].text == self.thought
+        assert ours.arguments_text == [theirs[1].content[0].text]
+        assert ours.tool_calls[0]["function"]["name"] == theirs[1].recipient.removeprefix("functions.")
+
+    def parse(self) -> None:
+        self.enc.parse_completion(self.ids)
+
+    def stream(self) -> None:
+        s = self.enc.stream_parser()
+        feed = s.feed
+        for t in self.ids:
+            feed(t)
+        s.finish()
+
+    def harmony_parse(self) -> None:
+        self.harmony.parse_messages_from_completion_tokens(self.ids, self.Role.ASSISTANT)
+
+    def harmony_stream(self) -> None:
+        p = self.StreamableParser(self.harmony, self.Role.ASSISTANT)
+        process = p.process
+        for t in self.ids:
+            process(t)
+
+
+@pytest.fixture(scope="module")
+def harmony_bench(corpus, tmp_path_factory) -> HarmonyBench:
+    return HarmonyBench(corpus, tmp_path_factory.mktemp("tiktoken"))
+
+
+def _harmony(benchmark, bench: HarmonyBench) -> None:
+    benchmark.group = "parse-gpt-oss-120b"
+    benchmark.extra_info.update(tokens=len(bench.ids), conversations=1, unit="completions")
+
+
+def test_parse_harmony_chatids(benchmark, harmony_bench):
+    _harmony(benchmark, harmony_bench)
+    benchmark(harmony_bench.parse)
+
+
+def test_parse_harmony_chatids_stream(benchmark, harmony_bench):
+    _harmony(benchmark, harmony_bench)
+    benchmark(harmony_bench.stream)
+
+
+def test_parse_harmony_reference(benchmark, harmony_bench):
+    _harmony(benchmark, harmony_bench)
+    benchmark(harmony_bench.harmony_parse)
+
+
+def test_parse_harmony_reference_stream(benchmark, harmony_bench):
+    _harmony(benchmark, harmony_bench)
+    benchmark(harmony_bench.harmony_stream)

@@ -379,3 +379,37 @@ def assert_no_control_from_content(model: Model, messages: list[dict], agp: bool
     ctrl = control_ids(model)
     leaked = [(i, int(t)) for i, (t, c) in enumerate(zip(detailed.ids, detailed.from_content)) if c and int(t) in ctrl]
     assert not leaked, f"control token ids came out of content: {leaked[:5]}"
+
+
+#: sha256 of OpenAI's o200k_base.tiktoken, the vocabulary openai-harmony loads (it checks it too).
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+def harmony_encoding(cache_dir: Path) -> Any:
+    """openai-harmony's gpt-oss encoding, offline.
+
+    openai-harmony downloads ``o200k_base.tiktoken`` on first use. Nothing may download here, so
+    the file is written from gpt-oss's own ``tokenizer.json`` (its 199,998 ranked byte strings,
+    GPT-2 byte-to-unicode mapping undone) into ``cache_dir``, checked against the published
+    sha256, and harmony is pointed at it with ``TIKTOKEN_ENCODINGS_BASE``."""
+    import base64
+    import hashlib
+
+    from openai_harmony import HarmonyEncodingName, load_harmony_encoding
+
+    path = cache_dir / "o200k_base.tiktoken"
+    if not path.exists():
+        model_dir = require_model_path("gpt-oss-120b")
+        vocab = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+        # GPT-2's byte-to-unicode table: printable bytes stand for themselves, the others for
+        # 256, 257, ... in byte order.
+        printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
+        to_byte = {chr(b): b for b in printable}
+        others = [b for b in range(256) if b not in printable]
+        to_byte.update({chr(256 + k): b for k, b in enumerate(others)})
+        lines = (base64.b64encode(bytes(to_byte[ch] for ch in token)).decode() + f" {rank}\n" for token, rank in sorted(vocab.items(), key=lambda kv: kv[1]))
+        data = "".join(lines).encode()
+        assert hashlib.sha256(data).hexdigest() == O200K_SHA256, "gpt-oss's vocabulary is not o200k_base"
+        path.write_bytes(data)
+    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(cache_dir)
+    return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)

@@ -17,10 +17,13 @@ class ParsedCompletion:
     """A completion read back into an assistant message (:meth:`chatids.Encoder.parse_completion`).
 
     ``message`` has the shape :meth:`chatids.Encoder.encode` takes: ``role``, ``content``, the
-    reasoning under the key the template reads (``reasoning_content``) when the turn has a
-    reasoning block, and ``tool_calls`` as ``[{"id", "type": "function", "function": {"name",
-    "arguments"}}]`` when it has calls, ``arguments`` being the JSON value when the model wrote
-    valid JSON and the text otherwise (``arguments_text`` keeps every call's text as written).
+    reasoning under the key the template reads (``reasoning_content``; gpt-oss: ``thinking``)
+    when the turn has a reasoning block, and ``tool_calls`` as ``[{"id", "type": "function",
+    "function": {"name", "arguments"}}]`` when it has calls, ``arguments`` being the JSON value
+    when the model wrote valid JSON and the text otherwise (``arguments_text`` keeps every
+    call's text as written; DeepSeek V3, whose template concatenates them, always gets the
+    text). ``content`` is ``None`` only where the template writes calls for a null content
+    alone (DeepSeek V3).
     """
 
     message: dict[str, Any]

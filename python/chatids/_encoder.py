@@ -465,8 +465,10 @@ class Encoder:
         when one came. The message has the shape :meth:`encode` takes, with ``content``, the
         reasoning and ``tool_calls``; ``stop`` says what ended the turn (``"length"``: no stop
         token). Text the grammar cannot place is kept in ``remainder``, never dropped. An id
-        outside the vocabulary raises ``ValueError`` naming its index. Formats on the Jinja
-        path have no grammar yet and raise :class:`ChatTemplateError`.
+        outside the vocabulary raises ``ValueError`` naming its index. On the Jinja path the
+        grammar is derived from the template on first use (gpt-oss harmony, DeepSeek V3,
+        Hermes, plain); where no family reads the template's probe turns back, and on the
+        mistral-common route, it raises :class:`ChatTemplateError` saying why.
         """
         return _parsed(self._core.parse_completion(_id_list(ids)))
 
