@@ -134,6 +134,13 @@ impl TemplateValue {
     }
 }
 
+/// Token texts that end a turn *because the model called a tool*, where a format tells them
+/// apart from the tokens that end an answer: Llama 3.1+ ends a built-in tool call
+/// (`<|python_tag|>...`) with `<|eom_id|>` ("end of message, a tool result follows"), gpt-oss
+/// ends a call with `<|call|>`. Formats whose tool calls end like any answer (ChatML/Qwen
+/// `</tool_call><|im_end|>`, Mistral `[TOOL_CALLS]...</s>`) have none.
+pub const TOOL_CALL_STOP_TOKENS: &[&str] = &["<|eom_id|>", "<|call|>"];
+
 /// Template arguments that carry tool or retrieval definitions.
 pub const TOOL_ARGUMENTS: &[&str] = &[
     "tools",

@@ -196,8 +196,9 @@ pub fn loss_mask(chat: &EncodedChat, trained: &[bool], train_on: TrainOn) -> Vec
 
 /// Refuse a mask that would silently leave out a message selected for training: every such
 /// message still in `chat` must have body tokens. Native formats and the mistral-common route
-/// mark every body; the Jinja path cannot locate an assistant turn whose content is empty
-/// (tool calls only), and then a mask would not train it.
+/// mark every body; the Jinja path cannot locate an assistant turn whose content is empty, nor
+/// a tool-call-only turn it cannot place unambiguously (`call_turns` in
+/// `crate::render::jinja`), and then a mask would not train it.
 fn check_bodies_located(
     chat: &EncodedChat,
     trained: &[bool],

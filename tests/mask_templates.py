@@ -30,13 +30,21 @@ For the Jinja path only (no native format covers these templates), the same idea
   through ``<|end|>``; in the last turn of a training conversation the analysis block
   (``thinking``) too, then the final channel through ``<|return|>``.
 
-Assistant turns with ``tool_calls`` are not wrapped (the native formats refuse them), except in
-Qwen3, whose template writes them inside the same turn as the content.
+Assistant turns with ``tool_calls`` (the Jinja path renders them on every checkpoint) are wrapped
+for Qwen2.5 (after ``<|im_start|>assistant\n``: the content, every ``<tool_call>`` block,
+``<|im_end|>``), Qwen3 (inside the same turn as the content) and gpt-oss (after
+``<|start|>assistant``: the analysis if written, then the call through ``<|call|>``); chatids
+locates a turn with calls only by the same rule (``call_turns`` in src/render/jinja.rs). The other
+templates' call turns are not wrapped (:data:`WRAPS_CALLS`).
 """
 
 from __future__ import annotations
 
 from typing import Optional
+
+
+#: The wrapped templates whose tool-call turns are inside generation blocks.
+WRAPS_CALLS = frozenset({"qwen2.5-7b-instruct", "qwen3-0.6b", "gpt-oss-120b"})
 
 
 class TemplateChanged(AssertionError):
@@ -121,7 +129,25 @@ WRAPS: dict[str, list[Replacement]] = {
             "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}",
             _wrap_any_role("'<|im_start|>' + message.role + '\\n'", "message.content + '<|im_end|>'", "'\\n'", "message.role", "assistant"),
             1,
-        )
+        ),
+        # An assistant turn with tool calls: after "<|im_start|>assistant\n", the content (if
+        # any) and every call through <|im_end|>. The "\n" the template writes before the content
+        # or the first call moves into the header; the text rendered is the same.
+        (
+            "        {{- '<|im_start|>' + message.role }}\n        {%- if message.content %}\n            {{- '\\n' + message.content }}\n        {%- endif %}",
+            "        {{- '<|im_start|>' + message.role + '\\n' }}{%- generation %}\n        {%- if message.content %}\n            {{- message.content }}\n        {%- endif %}",
+            1,
+        ),
+        (
+            "            {{- '\\n<tool_call>\\n{\"name\": \"' }}",
+            "            {{- ('\\n' if (message.content or not loop.first) else '') + '<tool_call>\\n{\"name\": \"' }}",
+            1,
+        ),
+        (
+            "        {%- endfor %}\n        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}",
+            "        {%- endfor %}\n        {{- '<|im_end|>' }}{%- endgeneration %}{{- '\\n' }}\n    {%- elif message.role == \"tool\" %}",
+            1,
+        ),
     ],
     "qwen3-0.6b": [
         # Open the body after the header, before the branches that write the think block ...
@@ -235,6 +261,28 @@ WRAPS: dict[str, list[Replacement]] = {
             '{{- "<|channel|>final<|message|>" + message.content + "<|return|>" }}{%- endgeneration %}',
             1,
         ),
+        # A call turn: after "<|start|>assistant", its analysis (if written) and the call through
+        # <|call|>. The "<|start|>assistant" that opens the call moves to the end of the analysis;
+        # the text rendered is the same.
+        (
+            "            {%- if message.content and message.thinking %}",
+            '            {{- "<|start|>assistant" }}{%- generation %}{%- if message.content and message.thinking %}',
+            1,
+        ),
+        (
+            '{{- "<|start|>assistant<|channel|>analysis<|message|>" + message.content + "<|end|>" }}',
+            '{{- "<|channel|>analysis<|message|>" + message.content + "<|end|><|start|>assistant" }}',
+            1,
+        ),
+        (
+            '            {%- elif message.thinking and not future_final_message.found %}\n'
+            '                {{- "<|start|>assistant<|channel|>analysis<|message|>" + message.thinking + "<|end|>" }}',
+            '            {%- elif message.thinking and not future_final_message.found %}\n'
+            '                {{- "<|channel|>analysis<|message|>" + message.thinking + "<|end|><|start|>assistant" }}',
+            1,
+        ),
+        ('            {{- "<|start|>assistant to=" }}', '            {{- " to=" }}', 1),
+        ('            {{- "<|call|>" }}', '            {{- "<|call|>" }}{%- endgeneration %}', 1),
         # ... and earlier turns: the final message through <|end|>.
         (
             '{{- "<|start|>assistant<|channel|>final<|message|>" + message.content + "<|end|>" }}',

@@ -277,7 +277,7 @@ def reference(model: support.Model, template: str, messages: list[dict], sanitiz
     )
 
 
-def official_masks(model: support.Model, template: str, messages: list[dict]) -> dict:
+def official_masks(model: support.Model, template: str, messages: list[dict], **kw: Any) -> dict:
     """``apply_chat_template(..., return_assistant_tokens_mask=True)`` itself."""
     return model.tok.apply_chat_template(
         messages,
@@ -286,6 +286,7 @@ def official_masks(model: support.Model, template: str, messages: list[dict]) ->
         return_dict=True,
         return_assistant_tokens_mask=True,
         **model.kwargs(),
+        **kw,
     )
 
 
@@ -651,7 +652,8 @@ def explain_generic_difference(model: support.Model, messages: list[dict], ref: 
       right after the text (kept for directories without the end-of-turn token in their stop
       tokens; none of the shared ones since the special-token rule).
     * ``tool-call turn``: chatids trains a tool-call turn that the wrapped template leaves out
-      (the wraps cover no tool-call turn, except Qwen3's).
+      (the wraps cover the tool-call turns of Qwen2.5, Qwen3 and gpt-oss only:
+      ``mask_templates.WRAPS_CALLS``; for those a difference there fails).
 
     Raises AssertionError for anything else.
     """
@@ -664,7 +666,7 @@ def explain_generic_difference(model: support.Model, messages: list[dict], ref: 
     stray = [i for i, (a, b) in enumerate(zip(ours, inside)) if a and not b]
     for i in stray:
         message = messages[located[i]] if located[i] >= 0 else {}
-        if not message.get("tool_calls"):
+        if not message.get("tool_calls") or model.name in mask_templates.WRAPS_CALLS:
             raise AssertionError(
                 f"{model.name}: the Jinja path trains token {i} {model.tok.convert_ids_to_tokens(ids[i])!r} "
                 f"outside every generation span (message {located[i]})"
@@ -949,13 +951,38 @@ def test_generic_path_locates_texts_when_an_empty_content_is_tested_for_truth():
         {"role": "assistant", "content": "It is in transit."},
     ]
     assert not provenance_lost(m, messages)
-    # The tool-call turn has no text to locate: a mask would leave it out, so chatids refuses...
-    with pytest.raises(chatids.ChatTemplateError, match=r"^message 1: .*cannot be located"):
-        _chatids(m, messages, sanitize=True)
-    # ... unless the caller says not to train it.
-    messages[1] = dict(messages[1], train=False)
-    ours = _chatids(m, messages, sanitize=True)
-    assert m.tok.decode([i for i, b in zip(ours.ids.tolist(), ours.assistant_mask.tolist()) if b]).endswith("It is in transit.<|im_end|>")
+    # The tool-call turn has no text, but it is located by its calls (the generation prompt
+    # before it, its function name, the stop token after it): the mask is the wrapped
+    # template's, which puts the turn in a generation block.
+    _, ours, theirs = _generic_and_wrapped("qwen2.5-7b-instruct", messages)
+    assert ours == theirs
+    trained = m.tok.decode([i for i, b in zip(m.enc.encode(messages, **m.ours_kwargs()).tolist(), ours) if b])
+    assert trained == '<tool_call>\n{"name": "track", "arguments": {"n": "123"}}\n</tool_call><|im_end|>It is in transit.<|im_end|>'
+    # train=False on it leaves exactly the turn out.
+    untrained = [dict(messages[1], train=False) if i == 1 else msg for i, msg in enumerate(messages)]
+    ours = _chatids(m, untrained, sanitize=True)
+    assert m.tok.decode([i for i, b in zip(ours.ids.tolist(), ours.assistant_mask.tolist()) if b]) == "It is in transit.<|im_end|>"
+
+
+def test_gpt_oss_call_turns_are_trained_as_the_wrapped_template():
+    """gpt-oss (Jinja path): a call turn, with or without its analysis, is trained from after
+    "<|start|>assistant" through <|call|>, as the wrapped template's generation block says; a
+    turn that writes two calls in one gap (ambiguous) is not located and the mask refuses."""
+    tools = [{"type": "function", "function": {"name": "track", "description": "Track a parcel.", "parameters": {"type": "object", "properties": {"n": {"type": "string"}}}}}]
+    call = {"id": "a1B2c3D4e", "type": "function", "function": {"name": "track", "arguments": {"n": "123"}}}
+    for assistant in ({"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "assistant", "content": "", "thinking": "Look it up.", "tool_calls": [call]}):
+        messages = [
+            {"role": "user", "content": "Where is parcel 123?"},
+            assistant,
+            {"role": "tool", "content": "in transit"},
+            {"role": "assistant", "content": "It is in transit."},
+        ]
+        for conv in (messages, messages[:2]):
+            m = support.load_model("gpt-oss-120b")
+            ours = m.enc.encode(conv, tools=tools, return_assistant_mask=True, sanitize_control_tokens=True, **m.ours_kwargs())
+            official = official_masks(m, wrapped("gpt-oss-120b"), conv, tools=tools)
+            assert ours.ids.tolist() == list(official["input_ids"])
+            assert ours.assistant_mask.tolist() == list(official["assistant_masks"]), conv
 
 
 def test_generic_path_user_body_does_not_take_an_empty_assistant_end_of_turn():

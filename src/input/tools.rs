@@ -15,7 +15,9 @@ use serde_json::Value;
 use crate::error::{Refusal, TemplateError};
 use crate::message::Message;
 
-pub use crate::message::{is_tool_message, uses_tools, TOOL_ARGUMENTS, TOOL_RESULT_ROLES};
+pub use crate::message::{
+    is_tool_message, uses_tools, TOOL_ARGUMENTS, TOOL_CALL_STOP_TOKENS, TOOL_RESULT_ROLES,
+};
 
 /// Refuse what a template silently leaves out of the prompt, which native formats refuse
 /// too: a system message (Mistral v3 and Nemo write it only when the conversation ends with
@@ -194,13 +196,6 @@ fn call_names(message: &Message) -> impl Iterator<Item = &str> {
         function.get("name")?.as_str().filter(|n| !n.is_empty())
     })
 }
-
-/// Token texts that end a turn *because the model called a tool*, where a format tells them
-/// apart from the tokens that end an answer: Llama 3.1+ ends a built-in tool call
-/// (`<|python_tag|>...`) with `<|eom_id|>` ("end of message, a tool result follows"), gpt-oss
-/// ends a call with `<|call|>`. Formats whose tool calls end like any answer (ChatML/Qwen
-/// `</tool_call><|im_end|>`, Mistral `[TOOL_CALLS]...</s>`) have none.
-pub const TOOL_CALL_STOP_TOKENS: &[&str] = &["<|eom_id|>", "<|call|>"];
 
 #[cfg(test)]
 mod tests {

@@ -71,6 +71,9 @@ pub struct JinjaFormat {
     /// The texts of its special tokens: one right after a message's text ends its body when
     /// no stop token does (gpt-oss closes earlier turns with `<|end|>`, not a stop token).
     special_texts: Vec<String>,
+    /// `stop_texts` and the vocabulary's tokens that end a turn with a tool call
+    /// ([`crate::message::TOOL_CALL_STOP_TOKENS`]: gpt-oss `<|call|>`), which end a call turn.
+    call_stop_texts: Vec<String>,
 }
 
 impl JinjaFormat {
@@ -102,12 +105,23 @@ impl JinjaFormat {
             .filter(|t| t.special && !t.content.is_empty())
             .map(|t| t.content.clone())
             .collect();
+        let call_stop_texts = stop_texts
+            .iter()
+            .cloned()
+            .chain(
+                crate::message::TOOL_CALL_STOP_TOKENS
+                    .iter()
+                    .filter(|t| checkpoint.tokenizer.token_to_id(t).is_some())
+                    .map(|t| t.to_string()),
+            )
+            .collect();
         let mut format = JinjaFormat {
             template,
             special_tokens,
             generation_prompt: None,
             stop_texts,
             special_texts,
+            call_stop_texts,
         };
         format.generation_prompt = format.find_generation_prompt();
         format
@@ -184,14 +198,29 @@ impl JinjaFormat {
                 .collect(),
             None => spans,
         };
-        let bodies = message_bodies(
+        let calls = call_turns(
+            &rendered,
+            &spans,
+            messages,
+            self.generation_prompt.as_deref(),
+            &self.call_stop_texts,
+        );
+        let mut bodies = message_bodies(
             &rendered,
             &spans,
             |i| messages.get(i).is_some_and(|m| m.role == "assistant"),
             self.generation_prompt.as_deref(),
-            &self.stop_texts,
+            |i| match messages.get(i) {
+                Some(m) if m.role == "assistant" && m.tool_calls.is_some() => {
+                    &self.call_stop_texts[..]
+                }
+                _ => &self.stop_texts[..],
+            },
             &self.special_texts,
+            &calls,
         );
+        bodies.extend(calls);
+        bodies.sort_by_key(|b| b.start);
         split_rendered_with_bodies(&rendered, &spans, &bodies, sanitizer)
     }
 
@@ -472,26 +501,31 @@ fn align_spans(tagged: &str, real: &str) -> Option<Vec<ContentSpan>> {
 /// for other roles from its text, through the end of the first stop token after its text
 /// and before the next message's text, else through a special token that directly follows
 /// its text, else to its text's end. Tokens that came from caller text (marked) do not count.
-fn message_bodies(
+/// `stops(message)` are the stop texts of a message (an assistant message with tool calls
+/// also ends at gpt-oss's `<|call|>`). `call_turns` are the bodies of assistant turns with only
+/// tool calls ([`call_turns`]); a body before one ends before it.
+fn message_bodies<'s>(
     rendered: &str,
     spans: &[ContentSpan],
     is_assistant: impl Fn(usize) -> bool,
     generation_prompt: Option<&str>,
-    stop_texts: &[String],
+    stops: impl Fn(usize) -> &'s [String],
     special_texts: &[String],
+    call_turns: &[ContentSpan],
 ) -> Vec<ContentSpan> {
-    // (message, first byte, last byte) of each message's texts, in rendered order.
-    let mut extents: Vec<(usize, usize, usize)> = Vec::new();
-    for s in spans {
-        match extents.last_mut() {
-            Some(e) if e.0 == s.message => e.2 = s.end,
-            _ => extents.push((s.message, s.start, s.end)),
-        }
-    }
+    let extents = extents(spans);
     let mut bodies = Vec::with_capacity(extents.len());
     for (k, &(message, first, last)) in extents.iter().enumerate() {
         let before = if k == 0 { 0 } else { extents[k - 1].2 };
-        let after = extents.get(k + 1).map_or(rendered.len(), |e| e.1);
+        let next_call = call_turns
+            .iter()
+            .map(|c| c.start)
+            .filter(|&s| s >= last)
+            .min();
+        let after = extents
+            .get(k + 1)
+            .map_or(rendered.len(), |e| e.1)
+            .min(next_call.unwrap_or(usize::MAX));
         if bodies.iter().any(|b: &ContentSpan| b.message == message) || before > first {
             // The template wrote this message's texts apart or out of order: no body.
             continue;
@@ -509,7 +543,7 @@ fn message_bodies(
         }
         .max(bodies.last().map_or(0, |b: &ContentSpan| b.end));
         let tail = &rendered[last..after];
-        let end = stop_texts
+        let end = stops(message)
             .iter()
             .filter_map(|stop| {
                 tail.match_indices(stop.as_str())
@@ -532,6 +566,107 @@ fn message_bodies(
         });
     }
     bodies
+}
+
+/// `(message, first byte, last byte)` of each message's texts, in rendered order.
+fn extents(spans: &[ContentSpan]) -> Vec<(usize, usize, usize)> {
+    let mut extents: Vec<(usize, usize, usize)> = Vec::new();
+    for s in spans {
+        match extents.last_mut() {
+            Some(e) if e.0 == s.message => e.2 = s.end,
+            _ => extents.push((s.message, s.start, s.end)),
+        }
+    }
+    extents
+}
+
+/// The function names of a message's `tool_calls` (`None`: it has none).
+fn call_names(message: &Message) -> Option<Vec<&str>> {
+    let Value::Array(calls) = message.raw.as_deref()?.get("tool_calls")? else {
+        return None;
+    };
+    let names: Vec<&str> = calls
+        .iter()
+        .filter_map(|c| {
+            let f = c.get("function").unwrap_or(c);
+            f.get("name")?.as_str()
+        })
+        .collect();
+    (!names.is_empty() && names.len() == calls.len()).then_some(names)
+}
+
+/// The bodies of assistant turns that hold only tool calls (no text to locate): between two
+/// located messages (or the start or end of the prompt), when exactly one message in between
+/// is an assistant message and it has calls, and exactly one generation prompt in the
+/// template's text there is followed, through the first stop token after it, by text that
+/// holds every call's function name: from the end of that generation prompt through that stop
+/// token. Anything else: no body (a mask that needs it refuses, as before).
+fn call_turns(
+    rendered: &str,
+    spans: &[ContentSpan],
+    messages: &[Message],
+    generation_prompt: Option<&str>,
+    stop_texts: &[String],
+) -> Vec<ContentSpan> {
+    let Some(gp) = generation_prompt.filter(|g| !g.is_empty()) else {
+        return Vec::new();
+    };
+    if !messages
+        .iter()
+        .any(|m| m.role == "assistant" && m.tool_calls.is_some())
+    {
+        return Vec::new();
+    }
+    let extents = extents(spans);
+    let located: std::collections::HashSet<usize> = extents.iter().map(|e| e.0).collect();
+    let mut turns = Vec::new();
+    // Gaps: (first message after, message of the next extent (or the end), bytes).
+    let mut gaps = Vec::with_capacity(extents.len() + 1);
+    let mut from = (0usize, 0usize);
+    for &(message, first, last) in &extents {
+        gaps.push((from.0, message, from.1, first));
+        from = (message + 1, last);
+    }
+    gaps.push((from.0, messages.len(), from.1, rendered.len()));
+    for (lo, hi, start, end) in gaps {
+        if lo >= hi || start > end {
+            continue;
+        }
+        let assistants: Vec<usize> = (lo..hi)
+            .filter(|&i| messages[i].role == "assistant" && !located.contains(&i))
+            .collect();
+        let [message] = assistants[..] else { continue };
+        let Some(names) = call_names(&messages[message]) else {
+            continue;
+        };
+        let gap = &rendered[start..end];
+        // Each generation prompt in the gap through the first stop token after it, where that
+        // holds every call's name: exactly one such turn, or none is located.
+        let mut found = gap.match_indices(gp).filter_map(|(at, _)| {
+            let body_start = start + at + gp.len();
+            let tail = &rendered[body_start..end];
+            let stop_end = stop_texts
+                .iter()
+                .filter_map(|stop| {
+                    tail.match_indices(stop.as_str())
+                        .find(|(i, _)| !tail[..*i].ends_with(MARK_START))
+                        .map(|(i, _)| i + stop.len())
+                })
+                .min()?;
+            names
+                .iter()
+                .all(|n| tail[..stop_end].contains(n))
+                .then_some(ContentSpan {
+                    start: body_start,
+                    end: body_start + stop_end,
+                    message,
+                })
+        });
+        if let (Some(turn), None) = (found.next(), found.next()) {
+            turns.push(turn);
+        }
+    }
+    turns
 }
 
 /// Cut the rendered prompt into pieces: content spans become content pieces tagged with
@@ -711,8 +846,9 @@ mod tests {
             &spans,
             |m| m == 1 || m == 2,
             Some("A:"),
-            &stops,
+            |_| &stops[..],
             &specials,
+            &[],
         );
         let texts: Vec<(&str, usize)> = bodies
             .iter()
@@ -729,7 +865,15 @@ mod tests {
             end: 4,
             message: 0,
         }];
-        let bodies = message_bodies(marked, &spans, |_| true, Some("A:"), &stops, &[]);
+        let bodies = message_bodies(
+            marked,
+            &spans,
+            |_| true,
+            Some("A:"),
+            |_| &stops[..],
+            &[],
+            &[],
+        );
         assert_eq!(
             &marked[bodies[0].start..bodies[0].end],
             "ok\u{F0000}<e>\u{F0001}z<e>"
@@ -748,9 +892,64 @@ mod tests {
                 message: 1,
             },
         ];
-        let bodies = message_bodies(r, &spans, |m| m == 1, None, &["</s>".to_string()], &[]);
+        let eos = ["</s>".to_string()];
+        let bodies = message_bodies(r, &spans, |m| m == 1, None, |_| &eos[..], &[], &[]);
         let texts: Vec<&str> = bodies.iter().map(|b| &r[b.start..b.end]).collect();
         assert_eq!(texts, vec!["q", " a </s>"]);
+    }
+
+    #[test]
+    fn call_turns_are_located_by_generation_prompt_name_and_stop() {
+        use crate::render::probes::from_json;
+        let r = "U:hi<e>A:<call>f</call><e>T:r<e>A:ok<e>";
+        let at = |t: &str| r.find(t).unwrap();
+        let span = |t: &str, message| ContentSpan {
+            start: at(t),
+            end: at(t) + t.len(),
+            message,
+        };
+        let spans = [span("hi", 0), span("r", 2), span("ok", 3)];
+        let messages = |name: &str| {
+            vec![
+                from_json(serde_json::json!({"role": "user", "content": "hi"})),
+                from_json(serde_json::json!({"role": "assistant", "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {}}}]})),
+                from_json(serde_json::json!({"role": "tool", "content": "r"})),
+                from_json(serde_json::json!({"role": "assistant", "content": "ok"})),
+            ]
+        };
+        let stops = ["<e>".to_string()];
+        let turns = call_turns(r, &spans, &messages("f"), Some("A:"), &stops);
+        let texts: Vec<(&str, usize)> = turns
+            .iter()
+            .map(|b| (&r[b.start..b.end], b.message))
+            .collect();
+        assert_eq!(texts, vec![("<call>f</call><e>", 1)]);
+        // The name is not written there, no generation prompt, or no stop token: no body.
+        assert!(call_turns(r, &spans, &messages("g"), Some("A:"), &stops).is_empty());
+        assert!(call_turns(r, &spans, &messages("f"), None, &stops).is_empty());
+        assert!(call_turns(r, &spans, &messages("f"), Some("A:"), &[]).is_empty());
+        // Two turns in the gap that both hold the name: ambiguous, no body.
+        let r2 = "U:hi<e>A:<call>f</call><e>A:<call>f</call><e>T:r<e>A:ok<e>";
+        let at2 = |t: &str| r2.rfind(t).unwrap();
+        let spans2 = [
+            ContentSpan {
+                start: 2,
+                end: 4,
+                message: 0,
+            },
+            ContentSpan {
+                start: at2("r<e>"),
+                end: at2("r<e>") + 1,
+                message: 2,
+            },
+            ContentSpan {
+                start: at2("ok"),
+                end: at2("ok") + 2,
+                message: 3,
+            },
+        ];
+        assert!(call_turns(r2, &spans2, &messages("f"), Some("A:"), &stops).is_empty());
     }
 
     #[test]
