@@ -17,7 +17,7 @@ WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-api fuzz-build clean
+.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -85,6 +85,12 @@ fuzz-encode:
 	mkdir -p fuzz/corpus/encode_messages
 	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none encode_messages corpus/encode_messages -- \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=8000 -print_final_stats=1
+
+## Fuzz the return path: random model output on every checkpoint's grammar (needs cargo-fuzz).
+fuzz-parse:
+	mkdir -p fuzz/corpus/parse_completion
+	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none parse_completion corpus/parse_completion -- \
+	  -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -rss_limit_mb=8000 -print_final_stats=1
 
 ## Fuzz the Python API (hypothesis, tests/test_fuzz_api.py) for FUZZ_SECONDS.
 fuzz-api: develop

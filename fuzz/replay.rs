@@ -1,14 +1,18 @@
-//! `cargo test` runs the `encode_messages` fuzz target's invariants (fuzz/encode_messages.rs)
-//! without libFuzzer: on every committed regression input (fuzz/regressions/encode_messages/,
-//! one file per input that once broke an invariant) and on `CHATIDS_FUZZ_REPLAY_INPUTS`
-//! (default 600) inputs from a fixed-seed generator, on the checkpoints named in
-//! `CHATIDS_FUZZ_MODELS` (default: one per format family, [`REPLAY_MODELS`]; a debug build
-//! loads each in seconds). This is the brief fuzzing CI runs;
-//! `make fuzz-encode` is the long run. Needs `CHATIDS_MODELS_DIR` (a CI run fails without it,
-//! elsewhere the test says it did nothing).
+//! `cargo test` runs two fuzz targets' invariants without libFuzzer. `encode_messages`
+//! (fuzz/encode_messages.rs): on every committed regression input
+//! (fuzz/regressions/encode_messages/, one file per input that once broke an invariant) and on
+//! `CHATIDS_FUZZ_REPLAY_INPUTS` (default 600) inputs from a fixed-seed generator, on the
+//! checkpoints named in `CHATIDS_FUZZ_MODELS` (default: one per format family,
+//! [`REPLAY_MODELS`]; a debug build loads each in seconds). `parse_completion`
+//! (fuzz/parse_completion.rs): as many generated completions, on one checkpoint per call syntax
+//! ([`PARSE_REPLAY_MODELS`]; `CHATIDS_FUZZ_MODELS=all`: every checkpoint). This is the brief
+//! fuzzing CI runs; `make fuzz-encode` and `make fuzz-parse` are the long runs. Needs
+//! `CHATIDS_MODELS_DIR` (a CI run fails without it, elsewhere the test says it did nothing).
 
 #[path = "encode_messages.rs"]
 mod encode_messages;
+#[path = "parse_completion.rs"]
+mod parse_completion;
 
 /// xorshift64*: the same inputs on every run.
 struct Inputs(u64);
@@ -29,6 +33,12 @@ impl Inputs {
 
 /// The checkpoints the generated inputs run on unless `CHATIDS_FUZZ_MODELS` says otherwise.
 const REPLAY_MODELS: &str = "llama-3.1-8b-instruct,qwen3-0.6b,gemma-3-it,gpt-oss-120b";
+
+/// The checkpoints the generated completions run on by default: one per call syntax (Llama 3
+/// JSON and `<|python_tag|>`, Hermes `<tool_call>`, Qwen3 `<think>`, Mistral `[TOOL_CALLS]`,
+/// harmony, DeepSeek V3).
+const PARSE_REPLAY_MODELS: &str = "llama-3.1-8b-instruct,qwen2.5-7b-instruct,qwen3-0.6b,\
+mistral-7b-instruct-v0.3,gpt-oss-120b,deepseek-v3";
 
 fn models_present() -> bool {
     if encode_messages::models_dir().is_some() {
@@ -78,5 +88,28 @@ fn generated_inputs_hold() {
     let mut ran = 0;
     while ran < count {
         ran += usize::from(encode_messages::check_only(&inputs.input(), Some(&only)));
+    }
+}
+
+#[test]
+fn generated_completions_hold() {
+    if !models_present() {
+        return;
+    }
+    let count = std::env::var("CHATIDS_FUZZ_REPLAY_INPUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    // One checkpoint per call syntax by default (`CHATIDS_FUZZ_MODELS=all`: every one).
+    let only =
+        std::env::var("CHATIDS_FUZZ_MODELS").unwrap_or_else(|_| PARSE_REPLAY_MODELS.to_string());
+    let only = (only != "all").then_some(only);
+    let mut inputs = Inputs(0x2545_F491_4F6C_DD1D);
+    let mut ran = 0;
+    while ran < count {
+        ran += usize::from(parse_completion::check_only(
+            &inputs.input(),
+            only.as_deref(),
+        ));
     }
 }

@@ -361,6 +361,9 @@ def test_bad_ids_name_their_index() -> None:
     stream.feed([9906])
     with pytest.raises(ValueError, match="index 2"):
         stream.feed([11, 10**9])
+    # After the stop token too: those ids are kept, so they must be ids.
+    with pytest.raises(ValueError, match="index 2"):
+        model.enc.parse_completion([9906, 128009, 10**9])
 
 
 def test_ids_after_the_stop_are_kept() -> None:

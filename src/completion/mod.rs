@@ -546,12 +546,13 @@ impl StreamParser {
 
     /// Read one id.
     pub fn push(&mut self, id: u32) -> Result<(), UnknownToken> {
+        // Ids after the stop are kept, not read, but they must be ids too.
+        if !self.table.knows(id) {
+            return Err(UnknownToken { index: 0, id });
+        }
         if self.stop.is_some() || self.finished.is_some() {
             self.after_stop.push(id);
             return Ok(());
-        }
-        if !self.table.knows(id) {
-            return Err(UnknownToken { index: 0, id });
         }
         for b in id.to_le_bytes() {
             self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
