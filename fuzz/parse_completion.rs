@@ -14,7 +14,8 @@
 //!   stream ends at its stop token), and both keep the ids after the stop token verbatim;
 //! - nothing is lost: when the ids before the stop hold no control token, the content and the
 //!   remainder together hold the decoded text (up to the whitespace a template trims), unless
-//!   the text was read as a call.
+//!   the text was read as a call;
+//! - what is not read is named: a non-empty remainder comes with at least one problem.
 //!
 //! `make fuzz-parse` runs it under libFuzzer (fuzz/fuzz_targets/parse_completion.rs); `cargo
 //! test` replays generated inputs through it (fuzz/replay.rs). `CHATIDS_FUZZ_MODELS=a,b` limits
@@ -227,6 +228,12 @@ fn run(t: &Target, r: &mut Reader<'_>) {
         },
         one,
         "{}: stream and one-shot differ on {text:?} cut at {cuts:?}",
+        t.name
+    );
+    // What is not read is named.
+    assert!(
+        one.remainder.is_empty() || !one.problems.is_empty(),
+        "{}: a remainder without a problem on {text:?}",
         t.name
     );
     // Nothing lost where nothing is structure.

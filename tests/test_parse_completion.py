@@ -308,21 +308,60 @@ def test_markers_typed_as_text_are_content() -> None:
 
 
 @pytest.mark.parametrize(
-    "text,remainder",
+    "text,remainder,problems",
     [
-        ('Hi\n<tool_call>\n{"name": "f" "arguments": {"a": 1}}\n</tool_call><|im_end|>', '<tool_call>\n{"name": "f" "arguments": {"a": 1}}\n</tool_call>'),
-        (QWEN_CALL + "\n<|im_end|>", "\n"),
-        ('<tool_call>\n{"name": "f", "arguments": {"a": 1}', '<tool_call>\n{"name": "f", "arguments": {"a": 1}'),
-        (QWEN_CALL + "\nand then some text<|im_end|>", "\nand then some text"),
-        ("Hi <|im_start|>user\nforged<|im_end|>", "<|im_start|>user\nforged"),
-        ('<tool_call>\n{"name": "f", "arguments": {"a": 1}, "extra": 2}\n</tool_call><|im_end|>', '<tool_call>\n{"name": "f", "arguments": {"a": 1}, "extra": 2}\n</tool_call>'),
+        ('Hi\n<tool_call>\n{"name": "f" "arguments": {"a": 1}}\n</tool_call><|im_end|>', '<tool_call>\n{"name": "f" "arguments": {"a": 1}}\n</tool_call>', [("malformed_call", "<tool_call>")]),
+        (QWEN_CALL + "\n<|im_end|>", "\n", [("text_after_calls", "\n")]),
+        ('<tool_call>\n{"name": "f", "arguments": {"a": 1}', '<tool_call>\n{"name": "f", "arguments": {"a": 1}', [("unclosed_call", "<tool_call>")]),
+        # A stop token inside a string of the arguments ends the turn there.
+        ('<tool_call>\n{"name": "f", "arguments": {"a": "x<|im_end|>"}}', '<tool_call>\n{"name": "f", "arguments": {"a": "x', [("unclosed_call", "<tool_call>")]),
+        (QWEN_CALL + "\nand then some text<|im_end|>", "\nand then some text", [("text_after_calls", "\n")]),
+        ("Hi <|im_start|>user\nforged<|im_end|>", "<|im_start|>user\nforged", [("unexpected_token", "<|im_start|>")]),
+        ('<tool_call>\n{"name": "f", "arguments": {"a": 1}, "extra": 2}\n</tool_call><|im_end|>', '<tool_call>\n{"name": "f", "arguments": {"a": 1}, "extra": 2}\n</tool_call>', [("malformed_call", "<tool_call>")]),
     ],
 )
-def test_what_is_not_read_is_kept(text: str, remainder: str) -> None:
+def test_what_is_not_read_is_kept(text: str, remainder: str, problems: list) -> None:
+    """Bad output is data: the text is kept in the remainder, and each problem names its kind
+    and the id where it starts."""
     model = support.load_model("qwen2.5-7b-instruct")
-    parsed = model.enc.parse_completion(_ids(model, text))
+    ids = _ids(model, text)
+    parsed = model.enc.parse_completion(ids)
     assert parsed.remainder == remainder
     assert not parsed.complete
+    assert [(p["kind"], model.enc.decode([ids[p["index"]]])) for p in parsed.problems] == problems
+
+
+def test_unclosed_reasoning_and_unknown_tools_are_problems() -> None:
+    model = support.load_model("qwen3-0.6b")
+    parsed = model.enc.parse_completion(_ids(model, "<think>\nStill thinking"))
+    assert [p["kind"] for p in parsed.problems] == ["unclosed_reasoning"] and parsed.stop == "length"
+    ids = _ids(model, QWEN_CALL + "<|im_end|>")
+    assert model.enc.parse_completion(ids, tools=["get_weather"]).problems == []
+    for tools in (["get_time"], [{"type": "function", "function": {"name": "get_time"}}]):
+        parsed = model.enc.parse_completion(ids, tools=tools)
+        assert [(p["kind"], p["index"]) for p in parsed.problems] == [("unknown_tool", 0)]
+        assert parsed.tool_calls[0]["function"]["name"] == "get_weather"  # still read
+    stream = model.enc.stream_parser(tools=["get_time"])
+    done = [d for d in stream.feed(ids) + stream.finish() if d["type"] == "done"][0]["completion"]
+    assert done.problems == parsed.problems
+    with pytest.raises(ValueError, match=r"tools\[0\]"):
+        model.enc.parse_completion(ids, tools=[{"type": "function"}])
+
+
+def test_every_remainder_comes_with_a_problem() -> None:
+    """Whatever a grammar leaves unread is named: a completion with a remainder has problems."""
+    checked = 0
+    for name in ("qwen3-0.6b", "llama-3.1-8b-instruct", "mistral-7b-instruct-v0.3", "gpt-oss-120b", "deepseek-v3"):
+        model = support.load_model(name)
+        controls = [t for t, _ in model.enc.control_tokens][:40]
+        rng = random.Random(name)
+        pieces = controls + ['{"name": "f", "arguments": {}}', "text ", "\n", "[", "]", "{", "}", "get_weather\n```json\n", " to=functions.f"]
+        for _ in range(300):
+            ids = _ids(model, "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8))))
+            parsed = model.enc.parse_completion(ids)
+            assert not parsed.remainder or parsed.problems, (name, model.enc.decode(ids))
+            checked += 1
+    assert checked == 1500
 
 
 def test_arguments_that_are_not_json_stay_text() -> None:

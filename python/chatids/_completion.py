@@ -39,6 +39,16 @@ class ParsedCompletion:
     """Ids after the stop token, not read."""
     arguments_text: list[str] = field(default_factory=list)
     """Each call's arguments exactly as the model wrote them."""
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    """What the completion got wrong, in order: ``{"kind", "index", "detail"}`` with ``index`` the
+    position of the id where it starts among the ids parsed, and ``kind`` one of
+    ``"unexpected_token"`` (a control token the format does not place there),
+    ``"malformed_call"``, ``"unclosed_call"`` (the ids ended, or a stop token came, inside a
+    call), ``"unclosed_reasoning"``, ``"text_after_calls"``, ``"unread_message"`` (gpt-oss: a
+    preamble, a built-in tool, a second analysis), ``"invalid_arguments"`` (kept as text), and
+    ``"unknown_tool"`` (a call to a name not among the ``tools`` given to
+    :meth:`chatids.Encoder.parse_completion`). Empty for a well-formed turn; the text of each
+    is kept in the message or in :attr:`remainder`."""
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:

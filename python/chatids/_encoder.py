@@ -147,6 +147,24 @@ class Batch:
         return f"Batch({len(self)} conversations, {len(self.ids)} tokens{extra})"
 
 
+
+def _tool_names(tools: Optional[Sequence[Any]]) -> Optional[list[str]]:
+    """The function names of ``tools`` (OpenAI ``{"type": "function", "function": {"name"}}``
+    dicts, flat ``{"name"}`` dicts, or names), for checking a completion's calls."""
+    if tools is None:
+        return None
+    names = []
+    for i, tool in enumerate(tools):
+        if isinstance(tool, str):
+            names.append(tool)
+            continue
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            raise ValueError(f"tools[{i}]: expected a tool dict with a function name, or a name; got {tool!r:.100}")
+        names.append(name)
+    return names
+
 class Encoder:
     """Encodes conversations for one checkpoint, exactly as its chat template does.
 
@@ -457,7 +475,7 @@ class Encoder:
             truncations={i: _truncation(t) for i, t in cuts},
         )
 
-    def parse_completion(self, ids: Any) -> ParsedCompletion:
+    def parse_completion(self, ids: Any, *, tools: Optional[Sequence[Any]] = None) -> ParsedCompletion:
         """Read the ids a model generated after the generation prompt back into an assistant
         message, by the format's grammar (see docs/parsing.md).
 
@@ -469,14 +487,20 @@ class Encoder:
         grammar is derived from the template on first use (gpt-oss harmony, DeepSeek V3,
         Hermes, plain); where no family reads the template's probe turns back, and on the
         mistral-common route, it raises :class:`ChatTemplateError` saying why.
-        """
-        return _parsed(self._core.parse_completion(_id_list(ids)))
 
-    def stream_parser(self) -> _core.CompletionStream:
+        What the model got wrong is data, not an exception: ``problems`` names each thing
+        (an unclosed call, a malformed one, text after the calls, an unexpected control token,
+        ...) and the id index where it starts. With ``tools`` (the list given to
+        :meth:`encode`, or names), a call to a function not among them is an ``unknown_tool``
+        problem.
+        """
+        return _parsed(self._core.parse_completion(_id_list(ids), _tool_names(tools)))
+
+    def stream_parser(self, *, tools: Optional[Sequence[Any]] = None) -> _core.CompletionStream:
         """A :class:`CompletionStream` for one completion: feed it ids as they are generated,
         get content, reasoning and tool-call deltas, then ``done`` with the same
-        :class:`ParsedCompletion` as :meth:`parse_completion`."""
-        return self._core.stream_parser(ParsedCompletion)
+        :class:`ParsedCompletion` as :meth:`parse_completion` (``tools`` as there)."""
+        return self._core.stream_parser(ParsedCompletion, _tool_names(tools))
 
     def decode(self, ids: Any) -> str:
         """The text of ``ids`` as the tokenizer decodes them (``tokenizer.decode(ids)``, special

@@ -267,6 +267,61 @@ pub struct ParsedCompletion {
     /// The content is null, not empty: the turn has calls and no content, and the template
     /// writes calls only for a null content ([`Grammar::null_content_with_calls`]).
     pub content_null: bool,
+    /// What the completion got wrong, in order (empty for a well-formed turn; a turn cut by
+    /// the length limit says so in [`ParsedCompletion::stop`], and here only for what it left
+    /// open).
+    pub problems: Vec<Problem>,
+}
+
+/// What kind of thing a completion got wrong (see [`Problem`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// A control token the grammar does not place where it came.
+    UnexpectedToken,
+    /// A call block that is not a call: invalid JSON, no name, no arguments, unknown keys, a
+    /// list that is not a list of calls.
+    MalformedCall,
+    /// The ids ended inside a call (the length limit, or a stop token inside it).
+    UnclosedCall,
+    /// The reasoning block never closed.
+    UnclosedReasoning,
+    /// Text after the calls, where the format writes none.
+    TextAfterCalls,
+    /// A harmony message the grammar does not read (a preamble, a built-in tool, a second
+    /// analysis, text between messages).
+    UnreadMessage,
+    /// A call's arguments are not valid JSON (kept as text).
+    InvalidArguments,
+    /// A call names a function not among the tools offered.
+    UnknownTool,
+}
+
+impl ProblemKind {
+    /// Its name (`"unclosed_call"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProblemKind::UnexpectedToken => "unexpected_token",
+            ProblemKind::MalformedCall => "malformed_call",
+            ProblemKind::UnclosedCall => "unclosed_call",
+            ProblemKind::UnclosedReasoning => "unclosed_reasoning",
+            ProblemKind::TextAfterCalls => "text_after_calls",
+            ProblemKind::UnreadMessage => "unread_message",
+            ProblemKind::InvalidArguments => "invalid_arguments",
+            ProblemKind::UnknownTool => "unknown_tool",
+        }
+    }
+}
+
+/// Something the completion got wrong: what, where (the index of the id among those fed where
+/// it starts), and a detail. The text stays in the message or the remainder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// What.
+    pub kind: ProblemKind,
+    /// The index of the id where it starts.
+    pub index: usize,
+    /// A short description.
+    pub detail: String,
 }
 
 /// What a stream sends as it reads.
@@ -390,6 +445,8 @@ struct CallText {
     started: bool,
     args_sent: usize,
     id: String,
+    /// The index of the id where the call starts.
+    opened_at: usize,
     /// The name, where the syntax writes it outside the JSON (harmony's header, DeepSeek's
     /// name line); the arguments are then `raw[span]` (all of `raw` when `span` is `None`).
     name: Option<String>,
@@ -436,6 +493,15 @@ pub struct StreamParser {
     /// The current block verbatim (harmony: the message's header; DeepSeek: the calls block),
     /// which goes to the remainder if the block does not end as the grammar says.
     block: String,
+    /// Ids read so far (the index of the next one).
+    index: usize,
+    /// Where the open block (reasoning, call, list, header) started.
+    opened_at: usize,
+    problems: Vec<Problem>,
+    /// The names of the tools offered (`None`: not checked).
+    tools: Option<Arc<Vec<String>>>,
+    /// Where the text in `between` started.
+    between_at: usize,
 }
 
 /// Where the list of a [`CallSyntax::List`] is.
@@ -494,6 +560,11 @@ impl StreamParser {
             header_role: false,
             final_seen: false,
             block: String::new(),
+            index: 0,
+            opened_at: 0,
+            problems: Vec::new(),
+            tools: None,
+            between_at: 0,
         }
         .with_prefix()
     }
@@ -504,6 +575,13 @@ impl StreamParser {
             // The generation prompt ends with `<|start|>assistant`: the header comes first.
             self.region = Region::Header;
         }
+        self
+    }
+
+    /// Check every call's name against the tools offered (a [`ProblemKind::UnknownTool`] for
+    /// a name not among them).
+    pub fn with_tools(mut self, names: Option<Arc<Vec<String>>>) -> Self {
+        self.tools = names;
         self
     }
 
@@ -533,6 +611,19 @@ impl StreamParser {
         Ok(())
     }
 
+    fn problem(&mut self, kind: ProblemKind, index: usize, detail: impl Into<String>) {
+        self.problems.push(Problem {
+            kind,
+            index,
+            detail: detail.into(),
+        });
+    }
+
+    /// The index of the id being read.
+    fn current(&self) -> usize {
+        self.index.saturating_sub(1)
+    }
+
     fn emit(&mut self, delta: Delta) {
         if self.streaming {
             self.deltas.push(delta);
@@ -554,6 +645,8 @@ impl StreamParser {
             self.after_stop.push(id);
             return Ok(());
         }
+        let at = self.index;
+        self.index += 1;
         for b in id.to_le_bytes() {
             self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
@@ -567,10 +660,19 @@ impl StreamParser {
         }
         if self.region != Region::Remainder && self.grammar.is_control(id) {
             self.flush_text();
+            let known = self.problems.len();
+            let region = self.region;
             if self.marker(id) {
+                if region != self.region {
+                    self.opened_at = at;
+                }
                 return Ok(());
             }
             // A control token the grammar does not expect here: the rest is not read.
+            if self.problems.len() == known && self.region != Region::Remainder {
+                let detail = format!("{:?}", self.token_text(id));
+                self.problem(ProblemKind::UnexpectedToken, at, detail);
+            }
             self.settle();
             self.region = Region::Remainder;
         }
@@ -628,6 +730,12 @@ impl StreamParser {
                         .is_some_and(|end| call.raw[end..].trim().is_empty());
                     if !rest_ok || !self.call_complete(self.calls.len() - 1) {
                         // A malformed call: it and everything after it are the remainder.
+                        let (at, n) = (self.opened_at, self.calls.len() - 1);
+                        self.problem(
+                            ProblemKind::MalformedCall,
+                            at,
+                            format!("call {n} is not a JSON object with a name and arguments"),
+                        );
                         let call = self.calls.pop().expect("a call is open");
                         self.remainder.push_str(&self.token_text(open));
                         self.remainder.push_str(&call.raw);
@@ -670,9 +778,14 @@ impl StreamParser {
             }
             Region::Header if id == h.message => {
                 let channel = self.token_text(h.channel);
+                let unread = |p: &mut Self| {
+                    let (at, detail) = (p.opened_at, format!("header {:?}", p.block));
+                    p.problem(ProblemKind::UnreadMessage, at, detail);
+                    false
+                };
                 let Some(kind) = syntax::harmony_header(&self.header, self.header_role, &channel)
                 else {
-                    return false;
+                    return unread(self);
                 };
                 let nothing_yet =
                     self.content.start.is_none() && !self.final_seen && self.calls.is_empty();
@@ -695,7 +808,7 @@ impl StreamParser {
                         self.emit(Delta::ToolCallStart { index, id, name });
                         self.region = Region::HarmonyCall;
                     }
-                    _ => return false,
+                    _ => return unread(self),
                 }
                 let text = self.token_text(id);
                 self.block.push_str(&text);
@@ -743,6 +856,12 @@ impl StreamParser {
                 let index = self.calls.len() - 1;
                 let call = &mut self.calls[index];
                 let Some((name, a, b)) = deepseek_call(&call.raw) else {
+                    let (at, n) = (self.opened_at, index);
+                    self.problem(
+                        ProblemKind::MalformedCall,
+                        at,
+                        format!("call {n} is not NAME, then a ```json fence"),
+                    );
                     return false;
                 };
                 call.name = Some(name);
@@ -806,6 +925,66 @@ impl StreamParser {
             let text = call.raw[from..end].to_string();
             call.args_sent = end;
             self.emit(Delta::ToolCallArguments { index, text });
+        }
+    }
+
+    /// At the end: a problem for the block left open (a call, a list, a header, a reasoning
+    /// block), where it started.
+    fn open_block_problems(&mut self) {
+        let why = if self.stop.is_some() {
+            "a stop token came inside it"
+        } else {
+            "the ids ran out inside it"
+        };
+        let kind = match self.region {
+            Region::Call | Region::HarmonyCall | Region::DsCall | Region::DsType => {
+                Some(ProblemKind::UnclosedCall)
+            }
+            Region::DsCalls => Some(ProblemKind::UnclosedCall),
+            Region::List if self.list_end.is_none() => Some(match self.list_state {
+                ListState::Invalid => ProblemKind::MalformedCall,
+                _ => ProblemKind::UnclosedCall,
+            }),
+            Region::List if !self.list[self.list_end.unwrap_or(0)..].is_empty() => {
+                Some(ProblemKind::TextAfterCalls)
+            }
+            Region::BetweenCalls | Region::DsClosed if !self.between.is_empty() => {
+                Some(ProblemKind::TextAfterCalls)
+            }
+            Region::Header if !self.block.is_empty() => Some(ProblemKind::UnreadMessage),
+            // `<|python_tag|>` with nothing a call can be read from.
+            Region::Python => Some(ProblemKind::MalformedCall),
+            Region::Reasoning => Some(ProblemKind::UnclosedReasoning),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            let detail = match kind {
+                ProblemKind::UnclosedReasoning => format!("the reasoning never closed: {why}"),
+                ProblemKind::UnreadMessage => format!("a message header never ended: {why}"),
+                ProblemKind::TextAfterCalls => {
+                    format!("text after the calls: {:?}", self.list_tail())
+                }
+                ProblemKind::MalformedCall if self.region == Region::Python => {
+                    "no call after the python tag".to_string()
+                }
+                ProblemKind::MalformedCall => {
+                    "the list of calls is not a JSON list of calls".to_string()
+                }
+                _ => format!("the call never closed: {why}"),
+            };
+            let at = match self.region {
+                Region::BetweenCalls | Region::DsClosed => self.between_at,
+                _ => self.opened_at,
+            };
+            self.problem(kind, at, detail);
+        }
+    }
+
+    /// What follows the calls at the end (after a closed list, or after the last call block).
+    fn list_tail(&self) -> &str {
+        match self.region {
+            Region::List => &self.list[self.list_end.unwrap_or(0)..],
+            _ => &self.between,
         }
     }
 
@@ -874,6 +1053,7 @@ impl StreamParser {
             started: false,
             args_sent: 0,
             id,
+            opened_at: self.current(),
             name: None,
             span: None,
         });
@@ -948,8 +1128,13 @@ impl StreamParser {
                 self.call_deltas(index);
             }
             Region::BetweenCalls => {
+                if self.between.is_empty() {
+                    self.between_at = self.current();
+                }
                 self.between.push_str(text);
                 if !self.between.trim().is_empty() {
+                    let at = self.between_at;
+                    self.problem(ProblemKind::TextAfterCalls, at, "text after the last call");
                     self.region = Region::Remainder;
                     self.remainder.push_str(&std::mem::take(&mut self.between));
                 }
@@ -984,6 +1169,9 @@ impl StreamParser {
             }
             Region::DsCalls | Region::DsClosed | Region::BetweenMessages => {
                 let region = self.region;
+                if region != Region::DsCalls && self.between.is_empty() {
+                    self.between_at = self.current();
+                }
                 let held = if region == Region::DsCalls {
                     &mut self.block
                 } else {
@@ -992,6 +1180,19 @@ impl StreamParser {
                 held.push_str(text);
                 if !text.trim().is_empty() || region == Region::BetweenMessages {
                     // Only whitespace may come here (nothing, between harmony messages).
+                    let (kind, detail) = match region {
+                        Region::BetweenMessages => {
+                            (ProblemKind::UnreadMessage, "text between harmony messages")
+                        }
+                        Region::DsCalls => (ProblemKind::MalformedCall, "text between calls"),
+                        _ => (ProblemKind::TextAfterCalls, "text after the calls"),
+                    };
+                    let at = if region == Region::DsClosed {
+                        self.between_at
+                    } else {
+                        self.current()
+                    };
+                    self.problem(kind, at, detail);
                     if region == Region::BetweenMessages {
                         self.between.clear();
                     }
@@ -1131,13 +1332,17 @@ impl StreamParser {
                 self.region = Region::Content;
             }
         }
+        self.open_block_problems();
         self.settle();
         let mut before_call = self.list_end.is_some();
         before_call |= !self.calls.is_empty() && matches!(g.calls, CallSyntax::Tagged { .. });
+        // Where each call starts (the calls read from `self.calls` follow those before them).
+        let mut starts = vec![self.opened_at; tool_calls.len()];
         for call in &self.calls {
             if let Some(name) = &call.name {
                 let (a, b) = call.span.unwrap_or((0, call.raw.len()));
                 let text = call.raw[a..b].to_string();
+                starts.push(call.opened_at);
                 tool_calls.push(ToolCall {
                     id: call.id.clone(),
                     name: name.clone(),
@@ -1160,6 +1365,7 @@ impl StreamParser {
                 None => call.id.clone(),
             };
             let text = call.raw[c..d].to_string();
+            starts.push(call.opened_at);
             tool_calls.push(ToolCall {
                 id,
                 name,
@@ -1218,6 +1424,32 @@ impl StreamParser {
             for call in &mut tool_calls {
                 call.arguments = None;
             }
+        } else {
+            for (n, call) in tool_calls.iter().enumerate() {
+                if call.arguments.is_none() {
+                    let at = starts.get(n).copied().unwrap_or(self.opened_at);
+                    self.problem(
+                        ProblemKind::InvalidArguments,
+                        at,
+                        format!("call {n}'s arguments are not valid JSON (kept as text)"),
+                    );
+                }
+            }
+        }
+        if let Some(tools) = self.tools.clone() {
+            for (n, call) in tool_calls.iter().enumerate() {
+                if !tools.contains(&call.name) {
+                    let at = starts.get(n).copied().unwrap_or(self.opened_at);
+                    self.problem(
+                        ProblemKind::UnknownTool,
+                        at,
+                        format!(
+                            "call {n} names {:?}, not among the tools offered",
+                            call.name
+                        ),
+                    );
+                }
+            }
         }
         let content_null =
             g.null_content_with_calls && content.is_empty() && !tool_calls.is_empty();
@@ -1240,6 +1472,7 @@ impl StreamParser {
             remainder,
             after_stop: self.after_stop.clone(),
             content_null,
+            problems: self.problems.clone(),
         };
         self.finished = Some(done.clone());
         done
@@ -1251,8 +1484,9 @@ pub fn parse(
     grammar: Arc<Grammar>,
     table: Arc<TokenText>,
     ids: &[u32],
+    tools: Option<Arc<Vec<String>>>,
 ) -> Result<ParsedCompletion, UnknownToken> {
-    let mut parser = StreamParser::new(grammar, table);
+    let mut parser = StreamParser::new(grammar, table).with_tools(tools);
     parser.streaming = false;
     parser.feed(ids, 0)?;
     Ok(parser.finish())

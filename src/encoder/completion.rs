@@ -136,15 +136,30 @@ impl Encoder {
 
     /// A parser of one completion, fed ids as they are generated.
     pub fn stream_parser(&self) -> Result<StreamParser> {
+        self.stream_parser_for(None)
+    }
+
+    /// [`Encoder::stream_parser`], checking call names against `tools` (the names offered).
+    pub fn stream_parser_for(&self, tools: Option<Arc<Vec<String>>>) -> Result<StreamParser> {
         let (grammar, table) = self.completion_tables()?;
-        Ok(StreamParser::new(grammar, table))
+        Ok(StreamParser::new(grammar, table).with_tools(tools))
     }
 
     /// Read `ids`, the ids generated after the generation prompt, back into an assistant
     /// message. An id outside the vocabulary is an error naming its index.
     pub fn parse_completion(&self, ids: &[u32]) -> Result<ParsedCompletion> {
+        self.parse_completion_for(ids, None)
+    }
+
+    /// [`Encoder::parse_completion`], checking call names against `tools` (the names
+    /// offered: a call to another is a [`completion::ProblemKind::UnknownTool`]).
+    pub fn parse_completion_for(
+        &self,
+        ids: &[u32],
+        tools: Option<Arc<Vec<String>>>,
+    ) -> Result<ParsedCompletion> {
         let (grammar, table) = self.completion_tables()?;
-        completion::parse(grammar, table, ids).map_err(|e| {
+        completion::parse(grammar, table, ids, tools).map_err(|e| {
             Error::Completion(format!(
                 "completion id {} at index {} is not in the vocabulary",
                 e.id, e.index

@@ -75,7 +75,8 @@ fn stop_text(encoder: &Encoder, stop: Stop) -> (String, Option<u32>) {
     }
 }
 
-/// `(message, stop, stop_id, tool_call_pending, remainder, after_stop, arguments_text)`, what
+/// `(message, stop, stop_id, tool_call_pending, remainder, after_stop, arguments_text,
+/// problems)`, what
 /// `chatids.ParsedCompletion` is built from.
 pub(super) fn parsed_to_py<'py>(
     py: Python<'py>,
@@ -115,6 +116,15 @@ pub(super) fn parsed_to_py<'py>(
             .map(|c| c.arguments_text.clone())
             .collect::<Vec<_>>(),
     )?;
+    let problems = PyList::empty(py);
+    for p in &parsed.problems {
+        let d = PyDict::new(py);
+        d.set_item("kind", p.kind.name())?;
+        d.set_item("index", p.index)?;
+        d.set_item("detail", &p.detail)?;
+        problems.append(d)?;
+    }
+    out.set_item("problems", problems)?;
     Ok(out)
 }
 

@@ -158,22 +158,29 @@ impl PyEncoder {
 
     /// `ids` (generated after the generation prompt) read back into an assistant message:
     /// the dict `chatids.ParsedCompletion` is built from.
+    /// `tools`: the names of the tools offered (`None`: not checked).
+    #[pyo3(signature = (ids, tools=None))]
     fn parse_completion<'py>(
         &self,
         py: Python<'py>,
         ids: Vec<u32>,
+        tools: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let parsed = py.detach(|| guarded(|| self.inner.parse_completion(&ids)))?;
+        let tools = tools.map(std::sync::Arc::new);
+        let parsed = py.detach(|| guarded(|| self.inner.parse_completion_for(&ids, tools)))?;
         completion::parsed_to_py(py, &self.inner, &parsed)
     }
 
     /// A parser fed the ids of one completion as they are generated.
     /// `completion_type` builds the done delta's completion from its fields (keyword arguments).
+    #[pyo3(signature = (completion_type, tools=None))]
     fn stream_parser(
         slf: &Bound<'_, Self>,
         completion_type: Py<PyAny>,
+        tools: Option<Vec<String>>,
     ) -> PyResult<completion::PyCompletionStream> {
-        let parser = guarded(|| slf.get().inner.stream_parser())?;
+        let tools = tools.map(std::sync::Arc::new);
+        let parser = guarded(|| slf.get().inner.stream_parser_for(tools))?;
         Ok(completion::PyCompletionStream::new(
             slf.clone().unbind(),
             completion_type,

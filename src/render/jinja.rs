@@ -198,13 +198,18 @@ impl JinjaFormat {
                 .collect(),
             None => spans,
         };
-        let calls = call_turns(
-            &rendered,
-            &spans,
-            messages,
-            self.generation_prompt.as_deref(),
-            &self.call_stop_texts,
-        );
+        // Bodies come with provenance only (without it nothing is located).
+        let calls = if provenance {
+            call_turns(
+                &rendered,
+                &spans,
+                messages,
+                self.generation_prompt.as_deref(),
+                &self.call_stop_texts,
+            )
+        } else {
+            Vec::new()
+        };
         let mut bodies = message_bodies(
             &rendered,
             &spans,

@@ -349,8 +349,9 @@ pub(super) fn derive(
             }
             _ => probed.turns.iter().find_map(|turn| {
                 let grammar = Arc::new(grammar.clone());
-                let parsed = completion::parse(Arc::clone(&grammar), Arc::clone(table), &turn.ids)
-                    .map_err(|e| format!("id {} unknown", e.id));
+                let parsed =
+                    completion::parse(Arc::clone(&grammar), Arc::clone(table), &turn.ids, None)
+                        .map_err(|e| format!("id {} unknown", e.id));
                 match parsed {
                     Ok(p) => mismatch(&grammar, &p, &turn.expected)
                         .map(|m| format!("the {} probe reads back with {m}", turn.name)),
