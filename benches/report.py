@@ -155,6 +155,7 @@ def merged_block(old_block: str, data: dict) -> str:
 LOOP = [
     ("test_loop_chatids_session", "(a) chatids session: `append` + `generation_prompt()` per step"),
     ("test_loop_chatids_session_completion", "(a') chatids session, assistant turns as ids: `append_completion` + `append` + `generation_prompt()`"),
+    ("test_loop_chatids_session_parsed", "(a'') the whole agent step: `append_completion(ids)` parsing the model's ids + `append` + `generation_prompt()`"),
     ("test_loop_chatids_reencode", "(b) chatids `encode(all messages, add_generation_prompt=True, tools=...)` per step (`tools` where the loop has them)"),
     ("test_loop_transformers", "(c) `apply_chat_template(all messages, tools=..., add_generation_prompt=True, tokenize=True)` per step (`tools` where the loop has them)"),
     ("test_loop_chatids_full_encode", "(d) yardstick: one chatids `encode` of the final conversation"),

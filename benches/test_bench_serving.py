@@ -12,6 +12,9 @@
   - ``session_completion``: the same, but the assistant turn goes in as the model's ids through
     ``append_completion(ids, message)`` (ids taken from chatids' encode of that message, as a
     model would sample them), then ``append([result])``;
+  - ``session_parsed``: the whole agent step: the assistant turn goes in as the model's ids
+    through ``append_completion(ids)`` *without* a message, so chatids parses it (content and
+    tool calls) and keeps the ids, then ``append([result])`` and ``generation_prompt()``;
   - ``reencode``: ``Encoder.encode(all messages so far, add_generation_prompt=True, tools=...)``
     per step;
   - ``transformers``: ``apply_chat_template(all messages so far, tools=...,
@@ -231,6 +234,19 @@ class Serving:
             if out is not None:
                 out.append(prompt)
 
+    def loop_session_parsed(self, out: Optional[list] = None) -> None:
+        msgs, completions = self.messages, self.completions
+        s = self.enc.session(msgs[:2], tools=self.tools, **self.kwargs)
+        prompt = s.generation_prompt()
+        if out is not None:
+            out.append(prompt)
+        for step in range(STEPS):
+            s.append_completion(completions[step])
+            s.append(msgs[3 + 2 * step])
+            prompt = s.generation_prompt()
+            if out is not None:
+                out.append(prompt)
+
     def loop_reencode(self, out: Optional[list] = None) -> None:
         enc, msgs, tools, kw = self.enc, self.messages, self.tools, self.kwargs
         for n in PROMPT_ENDS:
@@ -312,6 +328,13 @@ def test_loop_chatids_session_completion(benchmark, serving):
     )
     benchmark.extra_info["paired_ratio_to_full_encode"] = round(
         _paired_ratio(serving.loop_session_completion, serving.full_encode, PAIRS), 3
+    )
+
+
+def test_loop_chatids_session_parsed(benchmark, serving):
+    _loop_bench(benchmark, serving, serving.loop_session_parsed, ROUNDS_LOOP)
+    benchmark.extra_info["paired_ratio_to_full_encode"] = round(
+        _paired_ratio(serving.loop_session_parsed, serving.full_encode, PAIRS), 3
     )
 
 
