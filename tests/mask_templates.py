@@ -12,7 +12,8 @@ What is wrapped is chatids' documented body (``src/training.rs``): what follows 
 of an assistant message, through the token that ends its turn, without the separator the
 template writes after that token. Per template:
 
-* Llama 3 / 3.1 / 3.2: ``content | trim + '<|eot_id|>'``.
+* Llama 3 / 3.1 / 3.2: ``content | trim + '<|eot_id|>'``; Llama 3.1 / 3.2 tool-call turns: the
+  call (JSON or ``<|python_tag|>`` built-in) through ``<|eom_id|>`` / ``<|eot_id|>``.
 * ChatML (OpenHermes), Qwen2, Qwen2.5: ``content + '<|im_end|>'`` (the ``"\\n"`` after it stays
   outside).
 * Qwen3: the ``<think>\\n...\\n</think>\\n\\n`` block where the template writes one, then the
@@ -31,8 +32,8 @@ For the Jinja path only (no native format covers these templates), the same idea
   (``thinking``) too, then the final channel through ``<|return|>``.
 
 Assistant turns with ``tool_calls`` (the Jinja path renders them on every checkpoint) are wrapped
-for Qwen2.5 (after ``<|im_start|>assistant\n``: the content, every ``<tool_call>`` block,
-``<|im_end|>``), Qwen3 (inside the same turn as the content) and gpt-oss (after
+for Llama 3.1 / 3.2, Qwen2.5 (after ``<|im_start|>assistant\n``: the content, every
+``<tool_call>`` block, ``<|im_end|>``), Qwen3 (inside the same turn as the content) and gpt-oss (after
 ``<|start|>assistant``: the analysis if written, then the call through ``<|call|>``); chatids
 locates a turn with calls only by the same rule (``call_turns`` in src/render/jinja.rs). The other
 templates' call turns are not wrapped (:data:`WRAPS_CALLS`).
@@ -44,7 +45,7 @@ from typing import Optional
 
 
 #: The wrapped templates whose tool-call turns are inside generation blocks.
-WRAPS_CALLS = frozenset({"qwen2.5-7b-instruct", "qwen3-0.6b", "gpt-oss-120b"})
+WRAPS_CALLS = frozenset({"qwen2.5-7b-instruct", "qwen3-0.6b", "gpt-oss-120b", "llama-3.1-8b-instruct", "llama-3.2-3b-instruct"})
 
 
 class TemplateChanged(AssertionError):
@@ -85,7 +86,26 @@ _LLAMA31 = [
             "assistant",
         ),
         1,
-    )
+    ),
+    # A tool-call turn: after its header, the call (JSON, or a built-in's `<|python_tag|>`
+    # call) through <|eom_id|> or <|eot_id|>. The header both branches write moves before them.
+    (
+        "        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}\n"
+        "            {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}",
+        "        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- generation %}"
+        "{%- if builtin_tools is defined and tool_call.name in builtin_tools %}",
+        1,
+    ),
+    (
+        "        {%- else  %}\n            {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}",
+        "        {%- else  %}",
+        1,
+    ),
+    (
+        '            {{- "<|eot_id|>" }}\n        {%- endif %}\n    {%- elif message.role == "tool" or message.role == "ipython" %}',
+        '            {{- "<|eot_id|>" }}\n        {%- endif %}{%- endgeneration %}\n    {%- elif message.role == "tool" or message.role == "ipython" %}',
+        1,
+    ),
 ]
 
 _GEMMA3_CONTENT = (
@@ -121,7 +141,20 @@ WRAPS: dict[str, list[Replacement]] = {
         ),
     ],
     "llama-3.1-8b-instruct": _LLAMA31,
-    "llama-3.2-3b-instruct": _LLAMA31,
+    "llama-3.2-3b-instruct": _LLAMA31[:1]
+    + [
+        # A tool-call turn (JSON only in 3.2): after its header, through <|eot_id|>.
+        (
+            "        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n        {{- '{\"name\": \"' + tool_call.name + '\", ' }}",
+            "        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- generation %}\n        {{- '{\"name\": \"' + tool_call.name + '\", ' }}",
+            1,
+        ),
+        (
+            '        {{- "<|eot_id|>" }}\n    {%- elif message.role == "tool" or message.role == "ipython" %}',
+            '        {{- "<|eot_id|>" }}{%- endgeneration %}\n    {%- elif message.role == "tool" or message.role == "ipython" %}',
+            1,
+        ),
+    ],
     "openhermes-2.5-mistral-7b": _CHATML_LITERAL_NL,
     "qwen2-7b-instruct": _CHATML_LITERAL_NL,
     "qwen2.5-7b-instruct": [
