@@ -38,6 +38,15 @@ MODELS = {
 }
 
 
+def _stream(enc: chatids.Encoder, ids: list[int]) -> None:
+    """Feed ``ids`` to a stream parser one at a time, as a serving loop does."""
+    s = enc.stream_parser()
+    feed = s.feed
+    for t in ids:
+        feed(t)
+    s.finish()
+
+
 class ParseBench:
     def __init__(self, name: str, corpus: list[list[dict]]):
         from transformers import AutoTokenizer
@@ -75,11 +84,7 @@ class ParseBench:
         self.enc.parse_completion(self.ids)
 
     def stream(self) -> None:
-        s = self.enc.stream_parser()
-        feed = s.feed
-        for t in self.ids:
-            feed(t)
-        s.finish()
+        _stream(self.enc, self.ids)
 
     def decode(self) -> None:
         self.tok.decode(self.ids)
@@ -140,11 +145,7 @@ class HarmonyBench:
         self.enc.parse_completion(self.ids)
 
     def stream(self) -> None:
-        s = self.enc.stream_parser()
-        feed = s.feed
-        for t in self.ids:
-            feed(t)
-        s.finish()
+        _stream(self.enc, self.ids)
 
     def harmony_parse(self) -> None:
         self.harmony.parse_messages_from_completion_tokens(self.ids, self.Role.ASSISTANT)

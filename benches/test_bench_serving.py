@@ -221,31 +221,24 @@ class Serving:
             if out is not None:
                 out.append(prompt)
 
-    def loop_session_completion(self, out: Optional[list] = None) -> None:
+    def loop_session_completion(self, out: Optional[list] = None, parse: bool = False) -> None:
         msgs, completions = self.messages, self.completions
         s = self.enc.session(msgs[:2], tools=self.tools, **self.kwargs)
         prompt = s.generation_prompt()
         if out is not None:
             out.append(prompt)
         for step in range(STEPS):
-            s.append_completion(completions[step], msgs[2 + 2 * step])
+            if parse:
+                s.append_completion(completions[step])
+            else:
+                s.append_completion(completions[step], msgs[2 + 2 * step])
             s.append(msgs[3 + 2 * step])
             prompt = s.generation_prompt()
             if out is not None:
                 out.append(prompt)
 
     def loop_session_parsed(self, out: Optional[list] = None) -> None:
-        msgs, completions = self.messages, self.completions
-        s = self.enc.session(msgs[:2], tools=self.tools, **self.kwargs)
-        prompt = s.generation_prompt()
-        if out is not None:
-            out.append(prompt)
-        for step in range(STEPS):
-            s.append_completion(completions[step])
-            s.append(msgs[3 + 2 * step])
-            prompt = s.generation_prompt()
-            if out is not None:
-                out.append(prompt)
+        self.loop_session_completion(out, parse=True)
 
     def loop_reencode(self, out: Optional[list] = None) -> None:
         enc, msgs, tools, kw = self.enc, self.messages, self.tools, self.kwargs

@@ -74,21 +74,29 @@ fn committed_regressions_hold() {
     assert!(n > 0, "no regression inputs in {}", dir.display());
 }
 
+/// Run `check` on `CHATIDS_FUZZ_REPLAY_INPUTS` (default 600) generated inputs that it accepts
+/// (it returns false for an input whose checkpoint is not among those run).
+fn replay(seed: u64, check: impl Fn(&[u8]) -> bool) {
+    let count = std::env::var("CHATIDS_FUZZ_REPLAY_INPUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let mut inputs = Inputs(seed);
+    let mut ran = 0;
+    while ran < count {
+        ran += usize::from(check(&inputs.input()));
+    }
+}
+
 #[test]
 fn generated_inputs_hold() {
     if !models_present() {
         return;
     }
-    let count = std::env::var("CHATIDS_FUZZ_REPLAY_INPUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(600);
     let only = std::env::var("CHATIDS_FUZZ_MODELS").unwrap_or_else(|_| REPLAY_MODELS.to_string());
-    let mut inputs = Inputs(0x9E37_79B9_7F4A_7C15);
-    let mut ran = 0;
-    while ran < count {
-        ran += usize::from(encode_messages::check_only(&inputs.input(), Some(&only)));
-    }
+    replay(0x9E37_79B9_7F4A_7C15, |data| {
+        encode_messages::check_only(data, Some(&only))
+    });
 }
 
 #[test]
@@ -96,20 +104,11 @@ fn generated_completions_hold() {
     if !models_present() {
         return;
     }
-    let count = std::env::var("CHATIDS_FUZZ_REPLAY_INPUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(600);
     // One checkpoint per call syntax by default (`CHATIDS_FUZZ_MODELS=all`: every one).
     let only =
         std::env::var("CHATIDS_FUZZ_MODELS").unwrap_or_else(|_| PARSE_REPLAY_MODELS.to_string());
     let only = (only != "all").then_some(only);
-    let mut inputs = Inputs(0x2545_F491_4F6C_DD1D);
-    let mut ran = 0;
-    while ran < count {
-        ran += usize::from(parse_completion::check_only(
-            &inputs.input(),
-            only.as_deref(),
-        ));
-    }
+    replay(0x2545_F491_4F6C_DD1D, |data| {
+        parse_completion::check_only(data, only.as_deref())
+    });
 }
