@@ -413,3 +413,22 @@ def harmony_encoding(cache_dir: Path) -> Any:
         path.write_bytes(data)
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(cache_dir)
     return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+def arguments_as_text(messages: list[dict]) -> list[dict]:
+    """``messages`` with each tool call's ``arguments`` as JSON text (OpenAI's own form). A
+    dataset column (Arrow, in datasets and Ray Data) holding them as dicts becomes one struct type
+    for every row: each row's arguments get the keys of all the others, filled with null, and the
+    conversation is no longer the one written."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [
+                {**c, "function": {**c["function"], "arguments": c["function"]["arguments"] if isinstance(c["function"].get("arguments"), str) else json.dumps(c["function"].get("arguments"), ensure_ascii=False)}}
+                if isinstance(c, dict) and isinstance(c.get("function"), dict)
+                else c
+                for c in m["tool_calls"]
+            ]
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out

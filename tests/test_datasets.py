@@ -35,7 +35,7 @@ def rows() -> list[dict[str, Any]]:
     out = []
     for name in FILES:
         for r in support.corpus_rows(name)[:16]:
-            out.append({"messages": r["messages"], "tools": json.dumps(r["tools"]) if r.get("tools") else None})
+            out.append({"messages": support.arguments_as_text(r["messages"]), "tools": json.dumps(r["tools"]) if r.get("tools") else None})
     out.insert(5, {"messages": [{"role": "tool", "content": "a tool result with no call"}], "tools": None})
     out.insert(9, {"messages": [{"role": "user", "content": "only a prompt"}], "tools": None})
     return out

@@ -36,8 +36,10 @@ def items() -> list[dict[str, Any]]:
     out = []
     for name in FILES:
         for r in support.corpus_rows(name)[:12]:
-            out.append({"id": len(out), "messages": r["messages"], "tools": json.dumps(r["tools"]) if r.get("tools") else None})
+            out.append({"id": len(out), "messages": support.arguments_as_text(r["messages"]), "tools": json.dumps(r["tools"]) if r.get("tools") else None})
+    # Two conversations with nothing to train on: rejected when masks are asked for.
     out.append({"id": len(out), "messages": [{"role": "user", "content": "prompt only"}], "tools": None})
+    out.append({"id": len(out), "messages": [{"role": "tool", "content": "a tool result with no call"}], "tools": None})
     return out
 
 

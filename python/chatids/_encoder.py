@@ -147,7 +147,6 @@ class Batch:
         return f"Batch({len(self)} conversations, {len(self.ids)} tokens{extra})"
 
 
-
 def _tool_names(tools: Optional[Sequence[Any]]) -> Optional[list[str]]:
     """The function names of ``tools`` (OpenAI ``{"type": "function", "function": {"name"}}``
     dicts, flat ``{"name"}`` dicts, or names), for checking a completion's calls."""
