@@ -25,6 +25,11 @@ use chatids::piece_encoder::Tracking;
 use chatids::render::native::SystemPolicy;
 use serde_json::{json, Map, Value};
 
+#[path = "checkpoints.rs"]
+mod checkpoints;
+use checkpoints::checkpoint_names;
+pub use checkpoints::models_dir;
+
 /// An encoder, whether it renders from the raw message dicts (the Jinja path), and the
 /// strings its control tokens are made of.
 struct Target {
@@ -41,13 +46,7 @@ struct Target {
 static TARGETS: LazyLock<Vec<(String, Option<&'static str>, OnceLock<Option<Target>>)>> =
     LazyLock::new(|| {
         let dir = models_dir().expect("set CHATIDS_MODELS_DIR to the shared models");
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .expect("CHATIDS_MODELS_DIR is a directory")
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().join("tokenizer.json").is_file())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
+        let names = checkpoint_names(&dir);
         assert!(!names.is_empty(), "no tokenizer.json under {dir}");
         names
             .into_iter()
@@ -59,13 +58,6 @@ static TARGETS: LazyLock<Vec<(String, Option<&'static str>, OnceLock<Option<Targ
             })
             .collect()
     });
-
-/// `CHATIDS_MODELS_DIR`, when set.
-pub fn models_dir() -> Option<String> {
-    std::env::var("CHATIDS_MODELS_DIR")
-        .ok()
-        .filter(|d| !d.is_empty())
-}
 
 fn load(name: &str, format: Option<&str>) -> Option<Target> {
     let path = std::path::Path::new(&models_dir()?).join(name);

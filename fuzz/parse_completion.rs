@@ -25,6 +25,10 @@ use std::sync::{LazyLock, OnceLock};
 use chatids::completion::{ParsedCompletion, Stop};
 use chatids::encoder::Encoder;
 
+#[path = "checkpoints.rs"]
+mod checkpoints;
+use checkpoints::{checkpoint_names, models_dir};
+
 /// A checkpoint's encoder and the fragments its completions are made of.
 struct Target {
     name: String,
@@ -36,22 +40,11 @@ struct Target {
 
 static TARGETS: LazyLock<Vec<(String, OnceLock<Option<Target>>)>> = LazyLock::new(|| {
     let dir = models_dir().expect("set CHATIDS_MODELS_DIR to the shared models");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("CHATIDS_MODELS_DIR is a directory")
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("tokenizer.json").is_file())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names.into_iter().map(|n| (n, OnceLock::new())).collect()
+    checkpoint_names(&dir)
+        .into_iter()
+        .map(|n| (n, OnceLock::new()))
+        .collect()
 });
-
-/// `CHATIDS_MODELS_DIR`, when set.
-pub fn models_dir() -> Option<String> {
-    std::env::var("CHATIDS_MODELS_DIR")
-        .ok()
-        .filter(|d| !d.is_empty())
-}
 
 fn load(name: &str) -> Option<Target> {
     let path = std::path::Path::new(&models_dir()?).join(name);
@@ -239,9 +232,8 @@ fn run(t: &Target, r: &mut Reader<'_>) {
     // Nothing lost where nothing is structure.
     let before = &ids[..stop_at.map_or(ids.len(), |p| p - 1)];
     let grammar = t.encoder.completion_grammar().unwrap();
-    let plain = !before
-        .iter()
-        .any(|&id| grammar.is_control(id) || grammar.calls.markers().contains(&id));
+    // The grammar's markers are among its control tokens.
+    let plain = !before.iter().any(|&id| grammar.is_control(id));
     if plain && one.tool_calls.is_empty() && one.reasoning.is_none() {
         let decoded = t.encoder.decode(before).unwrap();
         let kept = format!("{}{}", one.content, one.remainder);

@@ -12,16 +12,13 @@ use chatids::checkpoint::Checkpoint;
 use chatids::text::{EncoderChoice, Selected, TextEncoder, TextOptions};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "../checkpoints.rs"]
+mod checkpoints;
+
 /// Every tokenizer directory under `CHATIDS_MODELS_DIR`, with both encoders.
 static ENCODERS: LazyLock<Vec<(String, Selected)>> = LazyLock::new(|| {
-    let dir = std::env::var("CHATIDS_MODELS_DIR").expect("set CHATIDS_MODELS_DIR to the shared models");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("CHATIDS_MODELS_DIR is a directory")
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("tokenizer.json").is_file())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let dir = checkpoints::models_dir().expect("set CHATIDS_MODELS_DIR to the shared models");
+    let mut names = checkpoints::checkpoint_names(&dir);
     if let Ok(only) = std::env::var("CHATIDS_FUZZ_MODELS") {
         names.retain(|n| only.split(',').any(|o| o == n));
     }
