@@ -937,10 +937,11 @@ impl StreamParser {
             "the ids ran out inside it"
         };
         let kind = match self.region {
-            Region::Call | Region::HarmonyCall | Region::DsCall | Region::DsType => {
-                Some(ProblemKind::UnclosedCall)
-            }
-            Region::DsCalls => Some(ProblemKind::UnclosedCall),
+            Region::Call
+            | Region::HarmonyCall
+            | Region::DsCalls
+            | Region::DsType
+            | Region::DsCall => Some(ProblemKind::UnclosedCall),
             Region::List if self.list_end.is_none() => Some(match self.list_state {
                 ListState::Invalid => ProblemKind::MalformedCall,
                 _ => ProblemKind::UnclosedCall,

@@ -347,17 +347,19 @@ pub(super) fn derive(
             (_, None) if reads_reasoning && grammar.reasoning.is_some() => {
                 Some("the template writes no reasoning".to_string())
             }
-            _ => probed.turns.iter().find_map(|turn| {
+            _ => {
                 let grammar = Arc::new(grammar.clone());
-                let parsed =
-                    completion::parse(Arc::clone(&grammar), Arc::clone(table), &turn.ids, None)
-                        .map_err(|e| format!("id {} unknown", e.id));
-                match parsed {
-                    Ok(p) => mismatch(&grammar, &p, &turn.expected)
-                        .map(|m| format!("the {} probe reads back with {m}", turn.name)),
-                    Err(e) => Some(e),
-                }
-            }),
+                probed.turns.iter().find_map(|turn| {
+                    let parsed =
+                        completion::parse(Arc::clone(&grammar), Arc::clone(table), &turn.ids, None)
+                            .map_err(|e| format!("id {} unknown", e.id));
+                    match parsed {
+                        Ok(p) => mismatch(&grammar, &p, &turn.expected)
+                            .map(|m| format!("the {} probe reads back with {m}", turn.name)),
+                        Err(e) => Some(e),
+                    }
+                })
+            }
         };
         match reason {
             Some(r) => why.push(format!("{}: {r}", grammar.format)),
