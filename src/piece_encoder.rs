@@ -231,7 +231,7 @@ impl<'e> PieceEncoder<'e> {
         let gaps = inside
             .iter()
             .map(|s| s.range.clone())
-            .chain([text.len()..text.len()]);
+            .chain(std::iter::once(text.len()..text.len()));
         for next in gaps {
             let gap = cursor..next.start;
             cursor = next.end;

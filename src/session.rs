@@ -15,8 +15,8 @@
 //! ids), or re-encode and report where the ids start to differ ([`Appended::start`]).
 //!
 //! The mistral-common route has no piece stream: its sessions re-encode the whole
-//! conversation on each append (same results and checks, no speed-up) and do not take
-//! completion ids.
+//! conversation on each append (same results and checks, no speed-up), and take completion
+//! ids that are exactly mistral-common's encoding of the parsed message.
 
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::error::{Result, TemplateError};
@@ -295,12 +295,7 @@ impl Session {
     ) -> Result<Appended> {
         let index = self.messages.len();
         if encoder.mistral_common().is_some() {
-            return Err(TemplateError::at(
-                index,
-                "append_completion needs the template route (the mistral-common route has no piece stream); \
-                 append the parsed message instead",
-            )
-            .into());
+            return self.append_completion_whole(encoder, completion, message);
         }
         if let Some(text) = encoder.text_encoder() {
             let tokenizer = text.tokenizer();
@@ -369,6 +364,61 @@ impl Session {
         self.messages = messages;
         self.ids = ids;
         self.layout = layout;
+        Ok(Appended { start })
+    }
+}
+
+impl Session {
+    /// [`Session::append_completion`] on the mistral-common route, which encodes each message
+    /// on its own and re-encodes the whole conversation on every append: the completion is
+    /// kept when it is exactly the ids mistral-common gives the parsed message (its stop token
+    /// added when missing), so that later appends keep it too. Ids that differ (the model
+    /// tokenized its text another way) are a rewrite: an error, or with
+    /// [`OnRewrite::Reencode`] mistral-common's ids of the message.
+    fn append_completion_whole(
+        &mut self,
+        encoder: &Encoder,
+        completion: &[u32],
+        message: Message,
+    ) -> Result<Appended> {
+        let index = self.messages.len();
+        encoder
+            .decode(completion)
+            .map_err(|e| TemplateError::at(index, format!("completion {e}")))?;
+        let prompt = self.plan(encoder, &self.messages, true)?;
+        let start = self.check(&prompt, "the generation prompt")?;
+        let mut messages = self.messages.clone();
+        messages.push(message);
+        let full = self.plan(encoder, &messages, false)?;
+        let mut sampled = self.ids[..prompt.keep].to_vec();
+        sampled.extend(&prompt.tail);
+        let prompt_len = sampled.len();
+        sampled.extend_from_slice(completion);
+        let stops = encoder.stop_token_ids();
+        if !completion.last().is_some_and(|id| stops.contains(id)) {
+            sampled.push(encoder.stop_token_ids()[0]);
+        }
+        let mut ids = self.ids[..full.keep].to_vec();
+        ids.extend(&full.tail);
+        if !ids.starts_with(&sampled) {
+            let at = ids.iter().zip(&sampled).take_while(|(a, b)| a == b).count();
+            if self.on_rewrite == OnRewrite::Error {
+                return Err(TemplateError::at(
+                    index,
+                    format!(
+                        "the completion's id {} differs from mistral-common's encoding of its parsed message \
+                         (the model tokenized the text another way, or the message is not what it generated); \
+                         the mistral-common route re-encodes whole conversations, so it cannot keep these ids: \
+                         pass on_rewrite=\"reencode\" to take mistral-common's ids",
+                        at.saturating_sub(prompt_len)
+                    ),
+                )
+                .into());
+            }
+        }
+        self.messages = messages;
+        self.ids = ids;
+        self.layout = full.layout;
         Ok(Appended { start })
     }
 }

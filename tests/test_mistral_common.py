@@ -13,7 +13,7 @@ import os
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -22,9 +22,11 @@ import support
 from edge_cases import PLAIN_TEXTS, control_texts, shapes
 
 mistral_common = pytest.importorskip("mistral_common")
+from mistral_common.experimental.tools import _decode_tool_calls, _split_content_and_tool_calls  # noqa: E402
 from mistral_common.protocol.instruct.messages import AssistantMessage  # noqa: E402
 from mistral_common.protocol.instruct.request import ChatCompletionRequest  # noqa: E402
 from mistral_common.protocol.instruct.validator import ValidationMode  # noqa: E402
+from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy  # noqa: E402
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer  # noqa: E402
 
 MC_DATA = Path(mistral_common.__file__).parent / "data"
@@ -67,7 +69,9 @@ def _print_counts():
         for name in sorted(COUNTS):
             c = COUNTS[name]
             print(f"  {name:28} {c['all']:6} compared, {c['with_tools']:5} with tools, "
-                  f"{c['rejected_by_reference']:5} rejected by both, {c['rejected_by_policy']:4} refused by policy")
+                  f"{c['rejected_by_reference']:5} rejected by both, {c['rejected_by_policy']:4} refused by policy; "
+                  f"{c['read_back']:5} turns read back ({c['read_back_with_calls']} with calls, "
+                  f"{c['read_back_id_made']} with a call id made)")
 
 
 class Route:
@@ -204,6 +208,10 @@ def test_corpus_matches_mistral_common(route, corpus_file):
                 accepted.append((variant, tools))
                 if variant[-1]["role"] == "assistant":
                     check_assistant_mask(route, variant, tools)
+                    # Every assistant turn that follows a prompt, read back.
+                    for k, m in enumerate(variant):
+                        if m["role"] == "assistant":
+                            outcomes[check_read_back(route, variant[: k + 1], tools)] += 1
     for tools in {json.dumps(t) for _, t in accepted}:
         group = [m for m, t in accepted if json.dumps(t) == tools]
         batch = route.enc.encode_batch(group, tools=json.loads(tools))
@@ -423,6 +431,7 @@ def test_tool_conversations_match_mistral_common(route):
             outcomes[name] = outcome
             if outcome == "compared" and messages[-1]["role"] == "assistant":
                 check_assistant_mask(route, messages, tools)
+                outcomes[f"read_back_{name}"] = check_read_back(route, messages, tools)
         except AssertionError as e:
             failures.append(f"{name}: {e}")
     assert not failures, "\n".join(failures)
@@ -502,3 +511,138 @@ def test_tools_argument_is_checked(route):
         route.enc.encode([Q], tools="get_weather")
     with pytest.raises(chatids.ChatTemplateError, match="no template argument"):
         route.enc.encode([Q], tools=WEATHER, documents=[])
+
+
+# ---- reading completions back ------------------------------------------------------------
+
+
+def reference_reading(route: Route, ids: list[int]) -> tuple[str, list[tuple[str, Any, str]]]:
+    """mistral-common's own reader of an assistant turn (its detokenize-to-message service,
+    `mistral_common.experimental`): the text before `[TOOL_CALLS]`, decoded without special
+    tokens, and the calls; each call as (name, arguments, id)."""
+    tok = route.refs[ValidationMode.test].instruct_tokenizer.tokenizer
+    if route.name == "mistral-common-v1":
+        content_ids, call_ids = ids, ()
+    else:
+        content_ids, call_ids = _split_content_and_tool_calls(ids, tok.get_special_token("[TOOL_CALLS]"))
+    content = tok.decode(content_ids, special_token_policy=SpecialTokenPolicy.IGNORE)
+    calls = [(c.function.name, json.loads(c.function.arguments), c.id)
+             for c in (_decode_tool_calls(call_ids, tok) if call_ids else [])]
+    return content, calls
+
+
+def check_read_back(route: Route, messages: list[dict], tools=None) -> str:
+    """The last assistant turn's ids, as mistral-common encodes them after the prompt, read
+    back by `parse_completion` as mistral-common's reader reads them, and encoded again into
+    the same ids. Returns the outcome."""
+    if len(messages) < 2 or messages[-2]["role"] == "assistant":
+        return "read_back_not_a_prompt"  # joined assistant turns: the prompt ends mid-turn
+    try:
+        prompt = route.ref(messages[:-1], tools)
+    except Exception:
+        return "read_back_prompt_rejected"
+    full = route.ref(messages, tools)
+    assert full[: len(prompt)] == prompt, "the prompt is not a prefix of the conversation"
+    completion = full[len(prompt):]
+    parsed = route.enc.parse_completion(completion)
+    content, calls = reference_reading(route, completion)
+    assert (parsed.stop, parsed.remainder, parsed.problems) == ("</s>", "", []), parsed
+    assert parsed.message["content"] == content
+    ours = [(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in parsed.message.get("tool_calls", [])]
+    # A call written without an id (v2 writes none; v3 and v7 write none for a message that has
+    # none): the reader says "null", chatids makes one of 9 letters and digits.
+    made = [i for i, c in enumerate(calls) if c[2] == "null"]
+    assert all(len(ours[i][2]) == 9 and ours[i][2].isalnum() for i in made if i < len(ours))
+    ours = [c[:2] if i in made else c for i, c in enumerate(ours)]
+    calls = [c[:2] if i in made else c for i, c in enumerate(calls)]
+    assert ours == calls
+    assert parsed.tool_call_pending == bool(calls)
+    counts = COUNTS.setdefault(route.name, Counter())
+    if made and route.name != "mistral-common-v2":
+        counts["read_back_id_made"] += 1
+        return "read_back_id_made"  # the made id is written back where the model wrote none
+    # Closing the loop: the parsed message encodes into the same ids.
+    again = route.enc.encode(messages[:-1] + [parsed.message], tools=tools).tolist()
+    assert again == full, f"the parsed message encodes differently: {support._first_difference(again, full)}"
+    counts["read_back"] += 1
+    counts["read_back_with_calls"] += bool(calls)
+    return "read_back"
+
+
+def test_decode_equals_mistral_common(route):
+    """`decode` of ids without special tokens is mistral-common's `decode`: SentencePiece's
+    own reading (the first space removed, byte runs per character, `<unk>`), tekken's bytes."""
+    tok = route.refs[ValidationMode.test].instruct_tokenizer.tokenizer
+    rng = random.Random(f"decode:{route.name}")
+    ordinary = [i for i in range(tok.n_words) if not tok.is_special(i)]
+    is_byte = getattr(getattr(tok, "_model", None), "is_byte", None)
+    awkward = [i for i in ordinary if is_byte and is_byte(i)] or [
+        i for i in ordinary if tok.decode([i], special_token_policy=SpecialTokenPolicy.IGNORE) in ("", "\ufffd")]
+    n = 20000 if support.full_conformance() else 3000
+    for _ in range(n):
+        pool = awkward if rng.random() < 0.5 and awkward else ordinary
+        ids = [rng.choice(pool if rng.random() < 0.7 else ordinary) for _ in range(rng.randint(1, 8))]
+        assert route.enc.decode(ids) == tok.decode(ids, special_token_policy=SpecialTokenPolicy.IGNORE), ids
+
+
+def test_streaming_reads_as_one_shot(route):
+    """Any chunking of a mistral-common turn gives the one-shot reading."""
+    rng = random.Random(f"stream:{route.name}")
+    done = 0
+    plain = {"answer": ([Q, A], None), "spaces": ([Q, {"role": "assistant", "content": "  a \u00e9\u6570  \n"}], None)}
+    for name, (messages, tools) in {**plain, **tool_cases()}.items():
+        if messages[-1]["role"] != "assistant" or (tools and route.name == "mistral-common-v1"):
+            continue
+        try:
+            prompt, full = route.ref(messages[:-1], tools), route.ref(messages, tools)
+        except Exception:
+            continue
+        completion = full[len(prompt):]
+        whole = route.enc.parse_completion(completion)
+        stream = route.enc.stream_parser()
+        deltas, i = [], 0
+        while i < len(completion):
+            k = rng.randint(1, 4)
+            deltas += stream.feed(completion[i:i + k])
+            i += k
+        deltas += stream.finish()
+        ends = [d["completion"] for d in deltas if d["type"] == "done"]
+        assert len(ends) == 1 and ends[0].message == whole.message, name
+        assert "".join(d["text"] for d in deltas if d["type"] == "content") == whole.message["content"], name
+        done += 1
+    assert done >= 2
+
+
+def test_session_appends_completions(route):
+    """`Session.append_completion(ids)` on this route: the ids mistral-common writes for the
+    turn are kept and read back; ids the model tokenized another way are a declared rewrite."""
+    tools = None if route.name == "mistral-common-v1" else WEATHER
+    conversations = [[Q, A, Q2, {"role": "assistant", "content": "Sunny."}]]
+    if tools:
+        conversations.append(tool_cases()["full_turn_then_user"][0] + [{"role": "assistant", "content": "Rain."}])
+    for conv in conversations:
+        session = route.enc.session([conv[0]], tools=tools, on_rewrite="reencode")
+        for k in range(1, len(conv)):
+            if conv[k]["role"] != "assistant":
+                session.append(conv[k])
+                continue
+            prompt = session.generation_prompt().tolist()
+            full = route.ref(conv[:k + 1], tools)
+            session.append_completion(full[len(prompt):])
+        assert session.ids.tolist() == route.ref(conv, tools)
+    # "Hello" as "H" + "ello" is not how mistral-common encodes it ("Hello" is one token).
+    session = route.enc.session([Q])
+    prompt = session.generation_prompt().tolist()
+    canonical = route.ref([Q, {"role": "assistant", "content": "Hello"}])[len(prompt):]
+    tok = route.refs[ValidationMode.test].instruct_tokenizer.tokenizer
+    if hasattr(tok._model, "piece_to_id"):  # SentencePiece
+        spelled = [tok._model.piece_to_id("\u2581H"), tok._model.piece_to_id("ello")]
+    else:  # tekken
+        spelled = tok.encode("H", bos=False, eos=False) + tok.encode("ello", bos=False, eos=False)
+    assert route.enc.decode(spelled) == "Hello" and spelled != canonical[:-1]
+    with pytest.raises(chatids.ChatTemplateError, match="differs from mistral-common's encoding"):
+        session.append_completion(spelled + canonical[-1:])
+    assert session.ids.tolist() == route.ref([Q])
+    lenient = route.enc.session([Q], on_rewrite="reencode")
+    lenient.append_completion(spelled + canonical[-1:])
+    assert lenient.ids.tolist() == route.ref([Q, {"role": "assistant", "content": lenient.messages[-1]["content"]}])

@@ -265,6 +265,14 @@ def test_mistral_common_route_sessions_re_encode(tmp_path) -> None:
     session = enc.session(msgs[:2])
     session.append(msgs[2:])
     assert session.ids.tolist() == enc.encode(msgs).tolist()
-    with pytest.raises(chatids.ChatTemplateError, match="append_completion"):
+    # Completion ids are kept when they are mistral-common's encoding of the message; other
+    # ids are a declared rewrite (the route re-encodes whole conversations).
+    with pytest.raises(chatids.ChatTemplateError, match="differs from mistral-common's encoding"):
         session.append_completion([1, 2], {"role": "assistant", "content": "x"})
+    assert session.ids.tolist() == enc.encode(msgs).tolist()
+    prompt = session.generation_prompt().tolist()
+    turn = enc.encode(msgs + [{"role": "assistant", "content": "See you."}]).tolist()[len(prompt):]
+    session.append_completion(turn)
+    assert session.messages[-1] == {"role": "assistant", "content": "See you."}
+    assert session.ids.tolist() == prompt + turn
     assert isinstance(session.ids, np.ndarray)

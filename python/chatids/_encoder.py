@@ -484,8 +484,9 @@ class Encoder:
         token). Text the grammar cannot place is kept in ``remainder``, never dropped. An id
         outside the vocabulary raises ``ValueError`` naming its index. On the Jinja path the
         grammar is derived from the template on first use (gpt-oss harmony, DeepSeek V3,
-        Hermes, plain); where no family reads the template's probe turns back, and on the
-        mistral-common route, it raises :class:`ChatTemplateError` saying why.
+        Hermes, plain); where no family reads the template's probe turns back, it raises
+        :class:`ChatTemplateError` saying why. On the mistral-common route turns are read as
+        mistral-common's own reader reads them.
 
         What the model got wrong is data, not an exception: ``problems`` names each thing
         (an unclosed call, a malformed one, text after the calls, an unexpected control token,
@@ -503,7 +504,8 @@ class Encoder:
 
     def decode(self, ids: Any) -> str:
         """The text of ``ids`` as the tokenizer decodes them (``tokenizer.decode(ids)``, special
-        tokens included)."""
+        tokens included; on the mistral-common route mistral-common's ``decode``, special tokens
+        written as their text)."""
         return self._core.decode(_id_list(ids))
 
     def session(

@@ -9,14 +9,16 @@
 //! calls), and a candidate family ([`completion::harmony`], [`completion::deepseek_v3`],
 //! [`completion::hermes`], or none) serves only if it reads every probe turn the template
 //! writes whole back into the probe message, its markers being the ones the template wrote.
-//! No candidate, or two that differ: the encoder refuses, saying why. The mistral-common route
-//! has no grammar yet and refuses too.
+//! No candidate, or two that differ: the encoder refuses, saying why.
+//!
+//! The mistral-common route reads completions as mistral-common does
+//! ([`crate::mistral_common::MistralCommon::grammar`]), decoding ids as its `decode` does.
 
 mod derive;
 
 use std::sync::Arc;
 
-use super::{Encoder, Renderer, TemplateRoute};
+use super::{Backend, Encoder, Renderer, TemplateRoute};
 use crate::completion::{self, Grammar, ParsedCompletion, StopToken, StreamParser};
 use crate::error::{Error, Result, TemplateError};
 use crate::render::native::ChatFormat;
@@ -32,13 +34,11 @@ pub(crate) struct CompletionTables {
 impl Encoder {
     fn tables(&self) -> &CompletionTables {
         self.completion.get_or_init(|| {
-            let table = match self.template() {
-                Some(route) => TokenText::new(route.text.tokenizer())
+            let table = match &self.backend {
+                Backend::Template(route) => TokenText::new(route.text.tokenizer())
                     .map(Arc::new)
                     .map_err(|e| format!("cannot decode completions: {e}")),
-                None => {
-                    Err("decoding is not available on the mistral-common route yet".to_string())
-                }
+                Backend::MistralCommon(mc) => Ok(Arc::new(mc.token_text())),
             };
             CompletionTables {
                 grammar: self.build_grammar(table.as_ref().ok()),
@@ -61,12 +61,9 @@ impl Encoder {
         &self,
         table: Option<&Arc<TokenText>>,
     ) -> std::result::Result<Arc<Grammar>, String> {
-        let Some(route) = self.template() else {
-            return Err(
-                "reading completions back is not available on the mistral-common route yet; \
-                        load the checkpoint with reference=\"transformers\""
-                    .to_string(),
-            );
+        let route = match &self.backend {
+            Backend::Template(route) => route,
+            Backend::MistralCommon(mc) => return Ok(Arc::new(mc.grammar())),
         };
         let tokenizer = route.text.tokenizer();
         let token = |text: &str| {

@@ -36,12 +36,14 @@ pub mod schema;
 
 use std::path::{Path, PathBuf};
 
+use crate::completion::{CallSyntax, Grammar, StopToken, Trim};
 use crate::control_tokens::ControlTokens;
 use crate::error::{Error, Result, TemplateError};
 use crate::message::Message;
 use crate::piece_encoder::{EncodedChat, Tracking};
 use crate::text::sentencepiece::SentencePieceBpe;
 use crate::text::tekken::Tekken;
+use crate::text::TokenText;
 use json::PyJson;
 use request::{Request, RequestOptions, Role};
 
@@ -323,6 +325,43 @@ impl MistralCommon {
         match &self.raw {
             RawTokenizer::Tekken(t) => Some(t),
             RawTokenizer::SentencePiece(_) => None,
+        }
+    }
+
+    /// How an assistant turn is written, for reading a completion back ([`crate::completion`]):
+    /// the text as given (SentencePiece: after the space every message's encoding starts
+    /// with), then from v2 on `[TOOL_CALLS]` and the JSON list of calls (`{"name",
+    /// "arguments"}`, and `"id"` from v3 on), then `</s>`. Every special token is a control
+    /// token. This is what mistral-common's own reader (`experimental.tools`) reads.
+    pub fn grammar(&self) -> Grammar {
+        let mut g = Grammar::plain(self.name(), Trim::None);
+        if let RawTokenizer::SentencePiece(_) = self.raw {
+            g.content_prefix = " ";
+        }
+        if let Some(tools) = self.tools {
+            g.calls = CallSyntax::List {
+                marker: tools.calls,
+            };
+            g.writes_call_ids = self.version != Version::V2;
+        }
+        g.stops = vec![StopToken {
+            id: self.eos,
+            awaits_tool: false,
+        }];
+        match &self.raw {
+            RawTokenizer::SentencePiece(sp) => {
+                g.set_control((0..sp.vocab_size() as u32).filter(|&id| sp.is_control(id)))
+            }
+            RawTokenizer::Tekken(t) => g.set_control(0..t.num_special_tokens()),
+        }
+        g
+    }
+
+    /// Each id's text, as mistral-common's `decode` reads it (special tokens as their text).
+    pub fn token_text(&self) -> TokenText {
+        match &self.raw {
+            RawTokenizer::SentencePiece(sp) => TokenText::from_sentencepiece(sp),
+            RawTokenizer::Tekken(t) => TokenText::from_tekken(t),
         }
     }
 

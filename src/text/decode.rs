@@ -16,6 +16,13 @@
 //!   does), and with `Strip` one leading space of the whole text is removed.
 //!
 //! Any other decoder is refused when the table is built, with its name.
+//!
+//! The mistral-common route's files have tables too, read the way mistral-common's `decode`
+//! reads them: tekken ([`TokenText::from_tekken`]) as `ByteLevel` bytes, and a SentencePiece
+//! model ([`TokenText::from_sentencepiece`]) as sentencepiece's own decoding (the first space
+//! removed, `<unk>` as ` ⁇ `). Their special tokens, which mistral-common's `decode` leaves
+//! out, are written as their text, each ending the run of text before it (mistral-common
+//! decodes the text between special tokens in runs).
 
 use tokenizers::Tokenizer;
 
@@ -28,6 +35,10 @@ enum Family {
     SentencePiece {
         /// `Strip(" ", 1, 0)`: the first space of the whole text is removed.
         strip_first_space: bool,
+        /// How a run of byte tokens that is not valid UTF-8 is read: `tokenizers`'
+        /// `ByteFallback` makes it one U+FFFD per byte; sentencepiece keeps each valid
+        /// character of it and makes each other byte U+FFFD.
+        lenient_runs: bool,
     },
 }
 
@@ -38,7 +49,15 @@ enum Piece {
     Bytes(Box<[u8]>),
     /// A `<0xNN>` byte-fallback token (SentencePiece only).
     Byte(u8),
+    /// A special token of a mistral-common file: its text, after the run of text before it is
+    /// finished (it does not count as the start of the text for `Strip`).
+    Special(Box<str>),
+    /// sentencepiece's `<unk>`: its surface ` ⁇ `, never stripped.
+    Unknown,
 }
+
+/// What sentencepiece writes for `<unk>` (its default `unk_surface`).
+const UNK_SURFACE: &str = " \u{2047} ";
 
 /// Every id's bytes, as the checkpoint's decoder reads them.
 #[derive(Debug, Clone)]
@@ -89,6 +108,58 @@ impl TokenText {
             pieces[id as usize] = Some(piece);
         }
         Ok(TokenText { family, pieces })
+    }
+
+    /// The table of a mistral-common `tekken.json`: each id's bytes (one lossy UTF-8 reading
+    /// of a run, as tiktoken's `decode` with `errors="replace"`), special tokens as their text.
+    pub fn from_tekken(tekken: &crate::text::tekken::Tekken) -> Self {
+        let specials = tekken.special_tokens();
+        let mut pieces: Vec<Option<Piece>> = specials
+            .iter()
+            .map(|t| Some(Piece::Special(t.as_str().into())))
+            .collect();
+        for (id, bytes) in tekken.token_bytes() {
+            let id = id as usize;
+            if pieces.len() <= id {
+                pieces.resize(id + 1, None);
+            }
+            pieces[id] = Some(Piece::Bytes(bytes.into()));
+        }
+        TokenText {
+            family: Family::ByteLevel,
+            pieces,
+        }
+    }
+
+    /// The table of a SentencePiece model as sentencepiece's `decode` reads it (mistral-common's
+    /// SentencePiece files): `▁` is a space, `<0xNN>` a byte, `<unk>` ` ⁇ `, the first space
+    /// removed when the model adds one when encoding; CONTROL pieces are written as their text.
+    pub fn from_sentencepiece(sp: &crate::text::sentencepiece::SentencePieceBpe) -> Self {
+        let pieces = (0..sp.vocab_size() as u32)
+            .map(|id| {
+                let text = sp.id_to_piece(id).unwrap_or_default();
+                Some(if sp.is_control(id) {
+                    Piece::Special(text.into())
+                } else if id == sp.unk_id() {
+                    Piece::Unknown
+                } else if let Some(b) = fallback_byte(text).filter(|_| sp.is_byte(id)) {
+                    Piece::Byte(b)
+                } else {
+                    Piece::Bytes(
+                        text.replace('\u{2581}', " ")
+                            .into_bytes()
+                            .into_boxed_slice(),
+                    )
+                })
+            })
+            .collect();
+        TokenText {
+            family: Family::SentencePiece {
+                strip_first_space: sp.strips_first_space(),
+                lenient_runs: true,
+            },
+            pieces,
+        }
     }
 
     /// Whether `id` is in the vocabulary.
@@ -161,11 +232,13 @@ fn family(decoder: &serde_json::Value) -> Result<Family, String> {
             ["Replace", "ByteFallback", "Fuse"] if replace_ok => {
                 return Ok(Family::SentencePiece {
                     strip_first_space: false,
+                    lenient_runs: false,
                 })
             }
             ["Replace", "ByteFallback", "Fuse", "Strip"] if replace_ok && strip_ok => {
                 return Ok(Family::SentencePiece {
                     strip_first_space: true,
+                    lenient_runs: false,
                 })
             }
             _ => {
@@ -184,6 +257,37 @@ fn fallback_byte(token: &str) -> Option<u8> {
     (hex.len() == 2)
         .then(|| u8::from_str_radix(hex, 16).ok())
         .flatten()
+}
+
+/// sentencepiece's reading of a byte run: each character that is valid UTF-8 as itself, each
+/// other byte (a stray continuation byte, a sequence cut short, a surrogate) as U+FFFD.
+fn per_character(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let len = match bytes[i] {
+            0x00..=0x7F => 1,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 0,
+        };
+        match bytes
+            .get(i..i + len.max(1))
+            .filter(|_| len > 0)
+            .and_then(|c| std::str::from_utf8(c).ok())
+        {
+            Some(c) => {
+                out.push_str(c);
+                i += len;
+            }
+            None => {
+                out.push('\u{FFFD}');
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// Ids to text incrementally: [`TextStream::push`] appends the text each id completes.
@@ -262,6 +366,15 @@ impl StreamState {
                 let text = std::str::from_utf8(text).unwrap_or_default();
                 self.write(table, text, out);
             }
+            (_, Piece::Special(text)) => {
+                self.finish(table, out);
+                out.push_str(text);
+            }
+            (_, Piece::Unknown) => {
+                self.finish(table, out);
+                self.started = true;
+                out.push_str(UNK_SURFACE);
+            }
             (Family::ByteLevel, Piece::Byte(_)) => {
                 unreachable!("byte pieces are SentencePiece only")
             }
@@ -288,6 +401,7 @@ impl StreamState {
             self.started = true;
             if let Family::SentencePiece {
                 strip_first_space: true,
+                ..
             } = table.family
             {
                 text = text.strip_prefix(' ').unwrap_or(text);
@@ -303,6 +417,24 @@ impl StreamState {
         }
         let run = std::mem::take(&mut self.pending);
         self.pending_bytes = false;
+        let lenient = matches!(
+            table.family,
+            Family::SentencePiece {
+                lenient_runs: true,
+                ..
+            }
+        );
+        if lenient {
+            // sentencepiece removes the first space from a piece's `▁` only, never from bytes;
+            // the bytes still start the text.
+            let text = match String::from_utf8(run) {
+                Ok(text) => text,
+                Err(e) => per_character(e.as_bytes()),
+            };
+            self.started = true;
+            out.push_str(&text);
+            return;
+        }
         match String::from_utf8(run) {
             Ok(text) => self.write(table, &text, out),
             Err(e) => {
@@ -408,6 +540,7 @@ mod tests {
         let table = TokenText {
             family: Family::SentencePiece {
                 strip_first_space: true,
+                lenient_runs: false,
             },
             pieces,
         };
@@ -419,5 +552,18 @@ mod tests {
         );
         assert_eq!(table.decode(&[5, 0]).unwrap(), "world Hello");
         assert_eq!(table.decode(&[9]), Err(0));
+    }
+
+    #[test]
+    fn sentencepiece_reads_a_bad_run_per_character() {
+        // sentencepiece's ProcessBytePieces: a valid character stays, each other byte is U+FFFD
+        // (a cut `ê`-like lead EA 93, then `\n`, then a lone lead D4).
+        assert_eq!(
+            per_character(&[0x6F, 0xEA, 0x93, 0x0A, 0xD4]),
+            "o\u{FFFD}\u{FFFD}\n\u{FFFD}"
+        );
+        assert_eq!(per_character("é€😀".as_bytes()), "é€😀");
+        // A surrogate (ED A0 80) is three bad bytes.
+        assert_eq!(per_character(&[0xED, 0xA0, 0x80]), "\u{FFFD}".repeat(3));
     }
 }

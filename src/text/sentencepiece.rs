@@ -660,6 +660,17 @@ impl SentencePieceBpe {
         self.types.get(id as usize) == Some(&PieceType::Control)
     }
 
+    /// Whether piece `id` is of type BYTE (`<0xNN>`, with `byte_fallback`).
+    pub fn is_byte(&self, id: u32) -> bool {
+        self.types.get(id as usize) == Some(&PieceType::Byte)
+    }
+
+    /// Whether `decode` removes the space the encoder put before the text (`add_dummy_prefix`
+    /// or `remove_extra_whitespaces`, as sentencepiece's `DecodeSentencePiece` asks).
+    pub fn strips_first_space(&self) -> bool {
+        self.add_dummy_prefix || self.remove_extra_whitespaces
+    }
+
     /// Append the ids sentencepiece's `encode(text)` gives.
     ///
     /// Default options: no `<s>`/`</s>`, no sampling. Never panics; the output for every
