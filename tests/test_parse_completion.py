@@ -495,8 +495,8 @@ def test_harmony_keeps_what_it_does_not_read(text: str, remainder: str) -> None:
 def test_derived_grammars_read_as_the_native_ones() -> None:
     """A native checkpoint forced onto the Jinja path derives its grammar from the template: it
     reads every sampled completion exactly as the native format's grammar does, or it refuses,
-    saying why (a format whose call syntax no family describes: Llama 3.1's JSON calls, Mistral's
-    ``[TOOL_CALLS]``)."""
+    saying why (Gemma 2's template on Gemma 3's tokenizer ends a turn with a token that is not a
+    stop token of that tokenizer)."""
     derived, refused = [], []
     for name in PARSED:
         if name in DERIVED:
@@ -512,8 +512,11 @@ def test_derived_grammars_read_as_the_native_ones() -> None:
         for ids in _sample_completions(native, 40):
             assert forced.parse_completion(ids) == native.enc.parse_completion(ids), (name, native.enc.decode(ids))
         derived.append(name)
-    # The Hermes family and the plain formats derive; so do both Jinja-path checkpoints.
-    assert {"qwen2.5-7b-instruct", "qwen3-0.6b", "openhermes-2.5-mistral-7b", "gemma-3-it", "llama-2-7b-chat"} <= set(derived), (derived, refused)
+    # Hermes, Llama 3.1's JSON calls, Mistral's [TOOL_CALLS] and the plain formats derive; so do
+    # both Jinja-path checkpoints.
+    assert {"qwen2.5-7b-instruct", "qwen3-0.6b", "openhermes-2.5-mistral-7b", "gemma-3-it", "llama-2-7b-chat",
+            "llama-3.1-8b-instruct", "llama-3.2-3b-instruct", "mistral-7b-instruct-v0.3",
+            "mistral-nemo-instruct-2407"} <= set(derived), (derived, refused)
     for name in DERIVED:
         support.load_model(name).enc.parse_completion([])
 

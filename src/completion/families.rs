@@ -1,5 +1,6 @@
-//! Grammars of families that no native format renders: templates on the Jinja path (gpt-oss
-//! harmony, DeepSeek V3, Hermes-style fine-tunes). Each is built from the checkpoint's own
+//! Grammars of the families a template on the Jinja path may write: gpt-oss harmony, DeepSeek
+//! V3, Hermes-style fine-tunes, and the call syntaxes of native families a fine-tune keeps
+//! (Llama 3.1's JSON calls, Mistral's `[TOOL_CALLS]` list). Each is built from the checkpoint's own
 //! tokens and is used only after the encoder proves it against the template
 //! (`crate::encoder::completion`): the template's rendering of probe turns must read back into
 //! the probe messages.
@@ -53,5 +54,25 @@ pub fn hermes(token: &dyn Fn(&str) -> Option<u32>, think: bool, content: Trim) -
         g.reasoning_trim = Trim::Newlines;
         g.content_after_reasoning = Trim::LeadingNewlines;
     }
+    Some(g)
+}
+
+/// Llama 3.1/3.2 calls: a JSON call is the whole turn (`{"name": ..., "parameters": ...}`, no
+/// marker), `<|python_tag|>` opens a built-in's call; the content is trimmed (`content | trim`).
+pub fn llama3_json(token: &dyn Fn(&str) -> Option<u32>) -> Option<Grammar> {
+    let mut g = Grammar::plain("llama3-json-calls", Trim::Whitespace);
+    g.calls = CallSyntax::Llama3 {
+        python_tag: token("<|python_tag|>")?,
+    };
+    Some(g)
+}
+
+/// Mistral's calls: `[TOOL_CALLS]`, then a JSON list of `{"name", "arguments", "id"}`.
+pub fn mistral_list(token: &dyn Fn(&str) -> Option<u32>, content: Trim) -> Option<Grammar> {
+    let mut g = Grammar::plain("mistral-tool-calls", content);
+    g.calls = CallSyntax::List {
+        marker: token("[TOOL_CALLS]")?,
+    };
+    g.writes_call_ids = true;
     Some(g)
 }

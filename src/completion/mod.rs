@@ -25,7 +25,7 @@ mod syntax;
 
 use std::sync::Arc;
 
-pub use families::{deepseek_v3, harmony, hermes};
+pub use families::{deepseek_v3, harmony, hermes, llama3_json, mistral_list};
 pub use syntax::{DeepSeekTokens, HarmonyTokens};
 
 use json::ObjectScanner;

@@ -319,6 +319,9 @@ pub(super) fn derive(
         completion::deepseek_v3(token),
         completion::hermes(token, true, Trim::LeadingNewlines),
         completion::hermes(token, false, Trim::None),
+        completion::mistral_list(token, Trim::None),
+        completion::mistral_list(token, Trim::Whitespace),
+        completion::llama3_json(token),
         Some(Grammar::plain("plain", Trim::None)),
         // Templates that write the content with spaces around it (Llama 2, Mistral).
         Some(Grammar::plain("plain, trimmed", Trim::Whitespace)),
@@ -330,7 +333,11 @@ pub(super) fn derive(
         let reads_reasoning =
             grammar.reasoning.is_some() || matches!(grammar.calls, CallSyntax::Harmony(_));
         let reason = match (&probed.call_turn, &probed.reasoning_key) {
-            (Some(ids), _) if !grammar.calls.call_openers().iter().any(|m| ids.contains(m)) => {
+            // Llama 3's JSON call has no marker: reading the call probes back is the proof.
+            (Some(ids), _)
+                if !matches!(grammar.calls, CallSyntax::Llama3 { .. })
+                    && !grammar.calls.call_openers().iter().any(|m| ids.contains(m)) =>
+            {
                 Some("its call markers are not where the template writes calls".to_string())
             }
             (None, _) if grammar.calls != CallSyntax::None => {
