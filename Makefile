@@ -65,8 +65,10 @@ typecheck: $(BUILD)
 
 ## FUZZ_REPLAY_INPUTS: generated inputs the fuzz replay runs in `cargo test` (fuzz/replay.rs; 600 without make).
 FUZZ_REPLAY_INPUTS ?= 250
+## The tokenizer files mistral-common ships (the parse fuzz target runs on them too), when installed.
+MC_DATA = $(shell $(PY) -c "import mistral_common, os; print(os.path.join(os.path.dirname(mistral_common.__file__), 'data'))" 2>/dev/null)
 test-rust: fuzz-build
-	CHATIDS_FUZZ_REPLAY_INPUTS=$(FUZZ_REPLAY_INPUTS) cargo test --quiet
+	CHATIDS_MISTRAL_COMMON_DATA=$(MC_DATA) CHATIDS_FUZZ_REPLAY_INPUTS=$(FUZZ_REPLAY_INPUTS) cargo test --quiet
 
 ## Build the fuzz targets (keeps them compiling; `make fuzz` / `make fuzz-encode` run them; `cargo test`
 ## replays encode_messages' regressions and generated inputs, fuzz/replay.rs).
@@ -89,7 +91,7 @@ fuzz-encode:
 ## Fuzz the return path: random model output on every checkpoint's grammar (needs cargo-fuzz).
 fuzz-parse:
 	mkdir -p fuzz/corpus/parse_completion
-	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none parse_completion corpus/parse_completion -- \
+	cd fuzz && CHATIDS_MODELS_DIR=$(CHATIDS_MODELS_DIR) CHATIDS_MISTRAL_COMMON_DATA=$(MC_DATA) RUSTC_BOOTSTRAP=1 cargo fuzz run -s none parse_completion corpus/parse_completion -- \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -rss_limit_mb=8000 -print_final_stats=1
 
 ## Fuzz the Python API (hypothesis, tests/test_fuzz_api.py) for FUZZ_SECONDS.

@@ -1,5 +1,6 @@
 //! The return path (`Encoder::parse_completion`, `Encoder::stream_parser`) on random model
-//! output, for every shared checkpoint (native grammars and the ones the Jinja path derives).
+//! output, for every shared checkpoint (native grammars and the ones the Jinja path derives),
+//! and for the mistral-common route's files when `CHATIDS_MISTRAL_COMMON_DATA` names them.
 //!
 //! The input bytes are read as a small program: which checkpoint, then fragments of a
 //! completion: the grammar's own marker and stop tokens, every control token, pieces of the
@@ -27,7 +28,8 @@ use chatids::encoder::Encoder;
 
 #[path = "checkpoints.rs"]
 mod checkpoints;
-use checkpoints::{checkpoint_names, models_dir};
+use checkpoints::{checkpoint_names, mistral_common_checkpoints, models_dir};
+use std::path::PathBuf;
 
 /// A checkpoint's encoder and the fragments its completions are made of.
 struct Target {
@@ -38,17 +40,24 @@ struct Target {
     vocab: u32,
 }
 
-static TARGETS: LazyLock<Vec<(String, OnceLock<Option<Target>>)>> = LazyLock::new(|| {
+/// Each checkpoint's name, folder and target (loaded on first use).
+type Slot = (String, PathBuf, OnceLock<Option<Target>>);
+
+static TARGETS: LazyLock<Vec<Slot>> = LazyLock::new(|| {
     let dir = models_dir().expect("set CHATIDS_MODELS_DIR to the shared models");
     checkpoint_names(&dir)
         .into_iter()
-        .map(|n| (n, OnceLock::new()))
+        .map(|n| {
+            let path = PathBuf::from(&dir).join(&n);
+            (n, path)
+        })
+        .chain(mistral_common_checkpoints())
+        .map(|(n, path)| (n, path, OnceLock::new()))
         .collect()
 });
 
-fn load(name: &str) -> Option<Target> {
-    let path = std::path::Path::new(&models_dir()?).join(name);
-    let encoder = Encoder::from_dir(&path, None).ok()?;
+fn load(name: &str, path: &std::path::Path) -> Option<Target> {
+    let encoder = Encoder::from_dir(path, None).ok()?;
     let grammar = encoder.completion_grammar().ok()?;
     let mut controls: Vec<String> = encoder
         .control_tokens()
@@ -140,18 +149,19 @@ impl Reader<'_> {
 /// comma-separated list) or does not load.
 pub fn check_only(data: &[u8], only: Option<&str>) -> bool {
     let mut r = Reader { data, at: 0 };
-    let (name, slot) = &TARGETS[r.byte() as usize % TARGETS.len()];
+    let (name, path, slot) = &TARGETS[r.byte() as usize % TARGETS.len()];
     if only.is_some_and(|o| !o.split(',').any(|n| n == name)) {
         return false;
     }
-    let Some(target) = slot.get_or_init(|| load(name)) else {
+    let Some(target) = slot.get_or_init(|| load(name, path)) else {
         return false;
     };
     run(target, &mut r);
     true
 }
 
-/// The libFuzzer entry: every input runs.
+/// The libFuzzer entry: every input runs. (The replay calls `check_only`.)
+#[allow(dead_code)]
 pub fn check(data: &[u8]) {
     check_only(data, None);
 }

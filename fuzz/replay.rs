@@ -5,7 +5,8 @@
 //! checkpoints named in `CHATIDS_FUZZ_MODELS` (default: one per format family,
 //! [`REPLAY_MODELS`]; a debug build loads each in seconds). `parse_completion`
 //! (fuzz/parse_completion.rs): as many generated completions, on one checkpoint per call syntax
-//! ([`PARSE_REPLAY_MODELS`]; `CHATIDS_FUZZ_MODELS=all`: every checkpoint). This is the brief
+//! ([`PARSE_REPLAY_MODELS`], with two mistral-common files when `CHATIDS_MISTRAL_COMMON_DATA`
+//! names them, as `make test-rust` does; `CHATIDS_FUZZ_MODELS=all`: every checkpoint). This is the brief
 //! fuzzing CI runs; `make fuzz-encode` and `make fuzz-parse` are the long runs. Needs
 //! `CHATIDS_MODELS_DIR` (a CI run fails without it, elsewhere the test says it did nothing).
 
@@ -38,7 +39,8 @@ const REPLAY_MODELS: &str = "llama-3.1-8b-instruct,qwen3-0.6b,gemma-3-it,gpt-oss
 /// JSON and `<|python_tag|>`, Hermes `<tool_call>`, Qwen3 `<think>`, Mistral `[TOOL_CALLS]`,
 /// harmony, DeepSeek V3).
 const PARSE_REPLAY_MODELS: &str = "llama-3.1-8b-instruct,qwen2.5-7b-instruct,qwen3-0.6b,\
-mistral-7b-instruct-v0.3,gpt-oss-120b,deepseek-v3";
+mistral-7b-instruct-v0.3,gpt-oss-120b,deepseek-v3,\
+mistral-common:mistral_instruct_tokenizer_241114.model.v7,mistral-common:tekken_240718.json";
 
 fn models_present() -> bool {
     if encode_messages::models_dir().is_some() {

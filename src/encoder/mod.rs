@@ -256,11 +256,15 @@ impl Encoder {
     /// Encode a prompt the caller rendered from the checkpoint's template, as transformers
     /// encodes `apply_chat_template`'s text: added tokens matched; with `marked`, the text was
     /// rendered from inputs marked as [`crate::render::jinja`] marks them, and every marked control
-    /// token is encoded as plain text. Tokens carry no message index.
+    /// token is encoded as plain text. Tokens carry no message index. On the mistral-common
+    /// route (no template), special tokens are matched and each text between them is encoded
+    /// on its own, as mistral-common encodes a text (`marked` does not apply).
     pub fn encode_rendered(&self, rendered: &str, marked: bool) -> Result<Vec<u32>> {
-        let t = self.template().ok_or_else(|| {
-            Error::Load("encode_rendered applies to the transformers route".into())
-        })?;
+        let t = match &self.backend {
+            Backend::Template(t) => t,
+            // Special tokens by id, the text between them as mistral-common encodes a text.
+            Backend::MistralCommon(mc) => return mc.encode_rendered(rendered),
+        };
         let pieces = crate::render::jinja::split_rendered(
             rendered,
             &[],

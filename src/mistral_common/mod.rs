@@ -357,6 +357,25 @@ impl MistralCommon {
         g
     }
 
+    /// `rendered` as ids: each special token's text as its id, and each text between two of
+    /// them as mistral-common encodes a text on its own (SentencePiece adds its dummy-prefix
+    /// space to each). What a model's output looks like on this route, for tests and fuzzing.
+    pub fn encode_rendered(&self, rendered: &str) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        let mut at = 0;
+        for hit in self.control_tokens.find_iter(rendered) {
+            if hit.start > at {
+                self.raw.encode(&rendered[at..hit.start], &mut ids)?;
+            }
+            ids.push(hit.id);
+            at = hit.end;
+        }
+        if at < rendered.len() {
+            self.raw.encode(&rendered[at..], &mut ids)?;
+        }
+        Ok(ids)
+    }
+
     /// Each id's text, as mistral-common's `decode` reads it (special tokens as their text).
     pub fn token_text(&self) -> TokenText {
         match &self.raw {
