@@ -432,10 +432,12 @@ def _harmony_turns() -> list[str]:
     """gpt-oss completions in every shape the model writes, from the corpus's assistant turns:
     final only; analysis then final; analysis then a call with ``<|constrain|>json`` (as the
     model writes it); a call with ``to=`` before the channel (as the template writes it); and a
-    turn cut by the length limit."""
+    turn cut by the length limit. Three conversations per corpus file; all of them with
+    CHATIDS_CONFORMANCE=full."""
     turns: list[str] = []
     for corpus_file in CORPUS:
-        for row in support.corpus_rows(corpus_file)[:3]:
+        rows = support.corpus_rows(corpus_file)
+        for row in rows if support.full_conformance() else rows[:3]:
             for m in row["messages"]:
                 if m.get("role") != "assistant" or not isinstance(m.get("content"), str) or "<|" in m["content"]:
                     continue
@@ -480,6 +482,7 @@ def test_openai_harmony_reads_the_same_gpt_oss_turns(harmony) -> None:
         _, streamed = _stream(model.enc, ids, [len(ids) // 3])
         assert streamed == ours
         checked["with calls" if calls else "without calls"] += 1
+    print(f"\nopenai-harmony agrees on {dict(checked)} gpt-oss turns")
     assert checked["with calls"] > 20 and checked["without calls"] > 100, checked
 
 
@@ -569,6 +572,53 @@ def test_llama_models_reads_the_same_calls() -> None:
         agreed += 1
     assert agreed == len(cases)
 
+
+
+def _llama_models_difference(ours: chatids.ParsedCompletion, theirs: Any, content: str) -> Optional[str]:
+    """Why llama-models reads a turn differently (`None`: it reads it the same); `content` is
+    the turn's text as the template wrote it."""
+    names = [str(getattr(c.tool_name, "value", c.tool_name)) for c in theirs.tool_calls]
+    arguments = [c.arguments for c in theirs.tool_calls]
+    if names == [c["function"]["name"] for c in ours.tool_calls] and arguments == [
+            c["function"]["arguments"] for c in ours.tool_calls] and (ours.tool_calls or ours.message["content"] == theirs.content):
+        return None
+    if not ours.tool_calls and theirs.tool_calls:
+        if ".call(" in content:
+            return "llama-models reads a built-in's call written without <|python_tag|>"
+        if "<function=" in content:
+            return "llama-models reads <function=NAME>{...}</function>, which the template never writes"
+    return "unexplained"
+
+
+def test_llama_models_reads_the_corpus_turns_the_same() -> None:
+    """llama-models' reader (``decode_assistant_message_from_content``) on the Llama 3.1 turns of
+    the corpus (every turn with CHATIDS_CONFORMANCE=full): the same calls and content, or a
+    difference with its reason."""
+    from llama_models.datatypes import StopReason
+    from llama_models.llama3.chat_format import ChatFormat
+    from llama_models.llama3.tokenizer import Tokenizer
+
+    fmt = ChatFormat(Tokenizer.get_instance())
+    model = support.load_model("llama-3.1-8b-instruct")
+    outcomes: Counter = Counter()
+    for corpus_file in CORPUS:
+        for row in support.corpus_rows(corpus_file):
+            for _, _, completion, _ in completions(model, row["messages"], row.get("tools"), Counter()):
+                ours = model.enc.parse_completion(completion)
+                text = model.enc.decode(completion)
+                try:
+                    theirs = fmt.decode_assistant_message_from_content(text, StopReason.end_of_turn)
+                except ValueError as e:  # pydantic's ValidationError
+                    # Its ToolCall allows argument values one level deep (str, number, bool, or a
+                    # list or dict of those): a list of objects is refused.
+                    assert ours.tool_calls and "arguments" in str(e), (text, e)
+                    outcomes["llama-models refuses arguments nested deeper than its ToolCall type"] += 1
+                    continue
+                why = _llama_models_difference(ours, theirs, text)
+                assert why != "unexplained", (text, ours.message, theirs)
+                outcomes[why or ("agree, with a call" if ours.tool_calls else "agree")] += 1
+    print(f"\nllama-models on Llama 3.1 corpus turns: {dict(outcomes)}")
+    assert outcomes["agree, with a call"] > 0 and outcomes["agree"] > 0
 
 
 def test_session_appends_a_parsed_completion(native_model: support.Model) -> None:
