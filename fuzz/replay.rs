@@ -76,6 +76,31 @@ fn committed_regressions_hold() {
     assert!(n > 0, "no regression inputs in {}", dir.display());
 }
 
+#[test]
+fn committed_parse_regressions_hold() {
+    if !models_present() {
+        return;
+    }
+    // fuzz/regressions/parse_completion/<checkpoint>--<what>: the libFuzzer input that once broke
+    // an invariant, replayed on the checkpoint it ran on.
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/parse_completion");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/regressions/parse_completion exists") {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let name = file.split("--").next().unwrap_or_default();
+        let data = std::fs::read(&path).unwrap();
+        assert!(
+            parse_completion::check_on(name, &data),
+            "{}: checkpoint {name} does not load",
+            path.display()
+        );
+        n += 1;
+    }
+    assert!(n > 0, "no regression inputs in {}", dir.display());
+}
+
 /// Run `check` on `CHATIDS_FUZZ_REPLAY_INPUTS` (default 600) generated inputs that it accepts
 /// (it returns false for an input whose checkpoint is not among those run).
 fn replay(seed: u64, check: impl Fn(&[u8]) -> bool) {
