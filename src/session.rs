@@ -396,7 +396,8 @@ impl Session {
         sampled.extend_from_slice(completion);
         let stops = encoder.stop_token_ids();
         if !completion.last().is_some_and(|id| stops.contains(id)) {
-            sampled.push(encoder.stop_token_ids()[0]);
+            // The route ends a turn with `</s>`, its one stop token.
+            sampled.extend(stops.first());
         }
         let mut ids = self.ids[..full.keep].to_vec();
         ids.extend(&full.tail);
