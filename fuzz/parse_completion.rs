@@ -162,7 +162,8 @@ pub fn check_only(data: &[u8], only: Option<&str>) -> bool {
 
 /// Run the invariants on `data` on checkpoint `name`, whatever the list of targets (the first
 /// byte, which picks the checkpoint under libFuzzer, is skipped): how committed regressions
-/// replay. False when `name` is not a target or does not load.
+/// replay. False when `name` is not a target or does not load. (The replay's entry.)
+#[allow(dead_code)]
 pub fn check_on(name: &str, data: &[u8]) -> bool {
     let Some((_, path, slot)) = TARGETS.iter().find(|(n, _, _)| n == name) else {
         return false;
