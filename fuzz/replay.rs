@@ -54,20 +54,20 @@ fn models_present() -> bool {
     false
 }
 
-#[test]
-fn committed_regressions_hold() {
-    if !models_present() {
-        return;
-    }
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/encode_messages");
+/// Run `check` on every committed regression input of `target` (fuzz/regressions/<target>/,
+/// one file per input that once broke an invariant); `check(file name, input)` is false when
+/// the input's checkpoint does not load.
+fn regressions(target: &str, check: impl Fn(&str, &[u8]) -> bool) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions")
+        .join(target);
     let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("fuzz/regressions/encode_messages exists") {
+    for entry in std::fs::read_dir(&dir).expect("the regressions folder exists") {
         let path = entry.unwrap().path();
-        // Every regression runs, on whichever checkpoint it picks.
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
         let data = std::fs::read(&path).unwrap();
         assert!(
-            encode_messages::check_only(&data, None),
+            check(&file, &data),
             "{}: its checkpoint does not load",
             path.display()
         );
@@ -77,28 +77,25 @@ fn committed_regressions_hold() {
 }
 
 #[test]
+fn committed_regressions_hold() {
+    if !models_present() {
+        return;
+    }
+    // Every regression runs, on whichever checkpoint it picks.
+    regressions("encode_messages", |_, data| {
+        encode_messages::check_only(data, None)
+    });
+}
+
+#[test]
 fn committed_parse_regressions_hold() {
     if !models_present() {
         return;
     }
-    // fuzz/regressions/parse_completion/<checkpoint>--<what>: the libFuzzer input that once broke
-    // an invariant, replayed on the checkpoint it ran on.
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/parse_completion");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("fuzz/regressions/parse_completion exists") {
-        let path = entry.unwrap().path();
-        let file = path.file_name().unwrap().to_string_lossy().into_owned();
-        let name = file.split("--").next().unwrap_or_default();
-        let data = std::fs::read(&path).unwrap();
-        assert!(
-            parse_completion::check_on(name, &data),
-            "{}: checkpoint {name} does not load",
-            path.display()
-        );
-        n += 1;
-    }
-    assert!(n > 0, "no regression inputs in {}", dir.display());
+    // <checkpoint>--<what>: replayed on the checkpoint it ran on, whatever the list of targets.
+    regressions("parse_completion", |file, data| {
+        parse_completion::check_on(file.split("--").next().unwrap_or_default(), data)
+    });
 }
 
 /// Run `check` on `CHATIDS_FUZZ_REPLAY_INPUTS` (default 600) generated inputs that it accepts
