@@ -348,12 +348,7 @@ impl MistralCommon {
             id: self.eos,
             awaits_tool: false,
         }];
-        match &self.raw {
-            RawTokenizer::SentencePiece(sp) => {
-                g.set_control((0..sp.vocab_size() as u32).filter(|&id| sp.is_control(id)))
-            }
-            RawTokenizer::Tekken(t) => g.set_control(0..t.num_special_tokens()),
-        }
+        g.set_control(self.control_tokens.tokens().iter().map(|&(_, id)| id));
         g
     }
 

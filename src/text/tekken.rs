@@ -179,13 +179,8 @@ impl Tekken {
         .to_string()
     }
 
-    /// The number of special tokens (ids below it are special; a vocabulary token's id is its
-    /// rank plus this).
-    pub fn num_special_tokens(&self) -> u32 {
-        self.num_special_tokens
-    }
-
-    /// Every vocabulary token: its id and bytes (in no order; special tokens not included).
+    /// Every vocabulary token: its id (its rank after the special tokens) and bytes, in no
+    /// order; special tokens not included.
     pub fn token_bytes(&self) -> impl Iterator<Item = (u32, &[u8])> {
         self.ranks
             .iter()
