@@ -17,7 +17,7 @@ WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
+.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -153,6 +153,10 @@ bench-bpe: develop
 	mkdir -p $(RESULTS)
 	$(PY) -m pytest benches/test_bench_bpe.py -q --benchmark-json=$(RESULTS)/bench-bpe.json
 	$(PY) benches/report.py $(RESULTS)/bench-bpe.json --update BENCHMARKS.md
+
+## chatids.hf: patched against unpatched apply_chat_template, single and batched (a markdown table; a few minutes).
+bench-hf: develop
+	$(PY) benches/hf_patch.py
 
 ## Full benchmarks; writes the ratios into BENCHMARKS.md.
 bench: develop
