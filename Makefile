@@ -44,13 +44,18 @@ install-wheel: dist
 test-wheel: dist
 	scripts/test_wheel.sh $(WHEEL_DIR) $(PY)
 
-## Quick start 1: encode the bundled example conversations with Llama 3.1's tokenizer.
+## Quick start 1: encode the bundled example conversations with Llama 3.1's tokenizer, or, without the
+## shared models, with the Mistral 7B v0.3 tokenizer bundled in examples/ (nothing else needed).
 example: develop
-	$(PY) -m chatids encode examples/conversations.jsonl --model $(CHATIDS_MODELS_DIR)/llama-3.1-8b-instruct --show 0,6
+	scripts/example.sh $(PY)
 
 ## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, the wheel in a
 ## fresh venv, benchmarks once), against the release wheel built once from the sdist.
 test:
+	@test -d "$(CHATIDS_MODELS_DIR)" && test -d "$(CHATIDS_DATA_DIR)" || { \
+	  echo "make test needs the shared models and conversations: $(CHATIDS_MODELS_DIR) and $(CHATIDS_DATA_DIR)"; \
+	  echo "(put them in ../shared, or set CHATIDS_MODELS_DIR and CHATIDS_DATA_DIR; see README, Data). make example runs without them."; \
+	  exit 1; }
 	$(MAKE) BUILD=install-wheel install-wheel test-rust typecheck test-python test-wheel bench-quick
 
 ## The documentation site, built offline into target/site (tests/test_docs_build.py builds it too).
