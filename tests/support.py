@@ -51,6 +51,16 @@ FIXED_DATE = "26 Jul 2024"
 FROZEN_NOW = (2025, 1, 30, 12, 0, 0)
 
 #: Formats whose templates pass any role through unchanged.
+#: A one-parameter function tool in the OpenAI form, shared by the tests that need some tool.
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
 PASS_THROUGH_ROLES = {"llama-3", "llama-3.1", "llama-3.2", "chatml", "qwen2"}
 #: Formats whose templates ignore add_generation_prompt.
 IGNORES_GENERATION_PROMPT = {"llama-2", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken"}

@@ -108,14 +108,7 @@ def _tool_call(name: str, arguments: Any) -> dict:
     return {"id": "abcDEF123", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+WEATHER_TOOL = support.WEATHER_TOOL
 
 
 def slots(model: support.Model) -> dict[str, Callable[[str], tuple[list[dict], dict[str, Any]]]]:

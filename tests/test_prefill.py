@@ -22,14 +22,7 @@ import pytest
 import chatids
 import support
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+WEATHER = support.WEATHER_TOOL
 #: Checkpoints whose template renders tools (tests/test_tools.py checks the list).
 TOOL_MODELS = {
     "llama-3.1-8b-instruct", "llama-3.2-3b-instruct", "qwen2.5-7b-instruct", "qwen3-0.6b",

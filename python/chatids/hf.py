@@ -373,21 +373,45 @@ def _clock(enc: Encoder) -> dict[str, Any]:
     return {"now": chat_template_utils.datetime.now()}
 
 
-_PARAMETERS: dict[Any, tuple[list[tuple[str, Any]], frozenset[str]]] = {}
+class _Signature:
+    """The original method's named parameters (after ``self``), in order, with their defaults."""
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self.named = [
+            (q.name, q.default)
+            for q in list(inspect.signature(original).parameters.values())[1:]
+            if q.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        self.names = frozenset(n for n, _ in self.named)
+        self.position = {n: i for i, (n, _) in enumerate(self.named)}
+
+    def given(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], default: Any) -> Any:
+        """The value the call passes for ``name`` (by keyword or position), else ``default``."""
+        if name in kwargs:
+            return kwargs[name]
+        i = self.position.get(name)
+        return args[i] if i is not None and i < len(args) else default
+
+    def passed(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        i = self.position.get(name)
+        return name in kwargs or (i is not None and i < len(args))
+
+
+_SIGNATURES: dict[Any, _Signature] = {}
+
+
+def _signature(original: Callable[..., Any]) -> _Signature:
+    found = _SIGNATURES.get(original)
+    if found is None:
+        found = _SIGNATURES[original] = _Signature(original)
+    return found
 
 
 def _bind(tokenizer: Any, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by name, defaults filled in, the rest under ``"kwargs"``: what
     ``inspect.Signature.bind`` gives, in a tenth of its time. TypeError where it raises."""
-    found = _PARAMETERS.get(original)
-    if found is None:
-        named = [
-            (q.name, q.default)
-            for q in list(inspect.signature(original).parameters.values())[1:]
-            if q.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ]
-        found = _PARAMETERS[original] = (named, frozenset(n for n, _ in named))
-    named, names = found
+    sig = _signature(original)
+    named, names = sig.named, sig.names
     if len(args) > len(named):
         raise TypeError(f"apply_chat_template takes {len(named)} positional arguments, {len(args)} given")
     bound = dict(named)
@@ -396,7 +420,7 @@ def _bind(tokenizer: Any, original: Callable[..., Any], args: tuple[Any, ...], k
     extra = {}
     for key, value in kwargs.items():
         if key in names:
-            if any(key == n for n, _ in named[: len(args)]):
+            if sig.position[key] < len(args):
                 raise TypeError(f"apply_chat_template got multiple values for {key}")
             bound[key] = value
         else:
@@ -409,9 +433,16 @@ def _bind(tokenizer: Any, original: Callable[..., Any], args: tuple[Any, ...], k
 
 def _apply(tokenizer: Any, sanitize_default: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     original = _original_method(tokenizer)
-    if sanitize_default and "sanitize_control_tokens" not in kwargs and len(args) < 8:
-        tokenize = kwargs.get("tokenize", args[6] if len(args) > 6 else True)
-        if tokenize and not kwargs.get("return_assistant_tokens_mask"):
+    if sanitize_default:
+        # The patch's default applies where the call leaves ``sanitize_control_tokens`` unset and
+        # transformers would accept it (it raises on it without ``tokenize`` or with the mask).
+        sig = _signature(original)
+        if (
+            "sanitize_control_tokens" in sig.names
+            and not sig.passed("sanitize_control_tokens", args, kwargs)
+            and sig.given("tokenize", args, kwargs, True)
+            and not sig.given("return_assistant_tokens_mask", args, kwargs, False)
+        ):
             kwargs = {**kwargs, "sanitize_control_tokens": True}
     try:
         out, sanitized = _serve(tokenizer, original, args, kwargs)
@@ -428,7 +459,7 @@ def _apply(tokenizer: Any, sanitize_default: bool, args: tuple[Any, ...], kwargs
         _count(reason, detail)
         return out
     _count(None)
-    if p_is_encoding(out) and not sanitized:
+    if _is_batch_encoding(out) and not sanitized:
         # What the tokenizer's call would have attached: its ``tokenizers`` encodings (behind
         # ``char_to_token()``, ``word_ids()``...), computed by the original method when first used.
         # (transformers' sanitizing encodes piece by piece and attaches none.)
@@ -437,10 +468,15 @@ def _apply(tokenizer: Any, sanitize_default: bool, args: tuple[Any, ...], kwargs
     return out
 
 
-def p_is_encoding(out: Any) -> bool:
-    from transformers import BatchEncoding
+_BATCH_ENCODING: list[type] = []
 
-    return isinstance(out, BatchEncoding)
+
+def _is_batch_encoding(out: Any) -> bool:
+    if not _BATCH_ENCODING:
+        from transformers import BatchEncoding
+
+        _BATCH_ENCODING.append(BatchEncoding)
+    return isinstance(out, _BATCH_ENCODING[0])
 
 
 class _LazyEncodings(list):  # type: ignore[type-arg]
