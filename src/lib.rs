@@ -19,8 +19,9 @@
 //! 4. [`completion`] reads the way back: a completion's ids to the assistant message, by the
 //!    format's [`completion::Grammar`], one id at a time.
 //! 5. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
-//!    parallel (on chatids' own thread pools, safe after `fork()`); [`persist`] turns an
-//!    encoder into bytes and back (Python pickles encoders by value with it).
+//!    parallel (on chatids' own thread pools, safe after `fork()`); [`training`] and
+//!    [`pairs`] build loss masks, prompt–completion pairs and preference triples; [`persist`]
+//!    turns an encoder into bytes and back (Python pickles encoders by value with it).
 //!
 //! The Python bindings (`chatids._core`, feature `python`) only convert types.
 //!
@@ -47,6 +48,7 @@ pub mod message;
 pub mod mistral_common;
 mod origin;
 pub mod packing;
+pub mod pairs;
 pub mod persist;
 pub mod piece_encoder;
 pub mod pieces;

@@ -168,3 +168,6 @@ class Encoder:
     def encode_batch(
         self, conversations: Sequence[Sequence[Any]], options: CallOptions
     ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], list[tuple[int, _TruncationTuple]], list[tuple[int, str]]]: ...
+    def encode_pairs(
+        self, prompts: Sequence[Any], completions: Sequence[Sequence[Any]], names: list[str], options: CallOptions, single: bool
+    ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray, list[tuple[int, str]]]: ...

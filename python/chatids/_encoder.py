@@ -17,7 +17,8 @@ from ._training import Packed, Padded, Truncation, pack, to_padded
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # _session imports this module
+if TYPE_CHECKING:  # _session and _pairs import this module
+    from ._pairs import EncodedPair, EncodedPreference, PairBatch, PreferenceBatch
     from ._session import Session
 
 FORMATS: tuple[str, ...] = tuple(_core.FORMATS)
@@ -473,6 +474,95 @@ class Encoder:
             errors=dict(errors),
             truncations={i: _truncation(t) for i, t in cuts},
         )
+
+    def encode_pair(
+        self,
+        prompt: Conversation,
+        completion: Union[Message, Conversation],
+        sanitize_control_tokens: bool = True,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        **template_kwargs: Any,
+    ) -> "EncodedPair":
+        """A prompt and one completion for training (SFT on a reply, KTO): the prompt's ids
+        with the generation prompt, and the ids ``encode(prompt + completion)`` adds after them,
+        with the completion's loss mask. ``completion`` is an assistant message or a list of
+        messages (a tool call, its result, the answer). See docs/training.md, "Pairs and
+        preferences"."""
+        from ._pairs import PairBatch, _rows_from_core
+
+        options = call_options(locals(), self._core.reads_clock)
+        out = self._route.encode_pairs([prompt], [[completion]], [""], options, True)
+        pair: EncodedPair = _rows_from_core(PairBatch, out)[0]
+        return pair
+
+    def encode_preference(
+        self,
+        prompt: Conversation,
+        chosen: Union[Message, Conversation],
+        rejected: Union[Message, Conversation],
+        sanitize_control_tokens: bool = True,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        **template_kwargs: Any,
+    ) -> "EncodedPreference":
+        """A prompt with a chosen and a rejected completion (DPO, ORPO, reward models): the
+        shared prompt ids, and for each completion the ids ``encode(prompt + completion)`` adds
+        after them, with its loss mask. See :meth:`encode_pair`."""
+        from ._pairs import PreferenceBatch, _rows_from_core
+
+        options = call_options(locals(), self._core.reads_clock)
+        out = self._route.encode_pairs([prompt], [[chosen, rejected]], ["chosen", "rejected"], options, True)
+        preference: EncodedPreference = _rows_from_core(PreferenceBatch, out)[0]
+        return preference
+
+    def encode_pairs(
+        self,
+        prompts: Sequence[Conversation],
+        completions: Sequence[Union[Message, Conversation]],
+        sanitize_control_tokens: bool = True,
+        num_threads: Optional[int] = None,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        on_error: str = "raise",
+        **template_kwargs: Any,
+    ) -> "PairBatch":
+        """:meth:`encode_pair` of many rows in parallel with the GIL released, columnar;
+        ``PairBatch.to_trl(label=...)`` gives TRL's KTO columns. ``num_threads`` and
+        ``on_error`` as in :meth:`encode_batch`."""
+        from ._pairs import PairBatch, _rows_from_core
+
+        options = call_options(locals(), self._core.reads_clock)
+        rows = [[c] for c in completions]
+        return _rows_from_core(PairBatch, self._route.encode_pairs(prompts, rows, [""], options, False))  # type: ignore[no-any-return]
+
+    def encode_preferences(
+        self,
+        prompts: Sequence[Conversation],
+        chosen: Sequence[Union[Message, Conversation]],
+        rejected: Sequence[Union[Message, Conversation]],
+        sanitize_control_tokens: bool = True,
+        num_threads: Optional[int] = None,
+        *,
+        system: Optional[str] = None,
+        merge_consecutive: bool = False,
+        on_error: str = "raise",
+        **template_kwargs: Any,
+    ) -> "PreferenceBatch":
+        """:meth:`encode_preference` of many rows in parallel with the GIL released, columnar;
+        ``PreferenceBatch.to_trl()`` gives TRL's DPO columns. ``num_threads`` and ``on_error``
+        as in :meth:`encode_batch`."""
+        if len(chosen) != len(rejected):
+            raise ValueError(f"{len(chosen)} chosen but {len(rejected)} rejected completions")
+        from ._pairs import PreferenceBatch, _rows_from_core
+
+        options = call_options(locals(), self._core.reads_clock)
+        rows = [[c, r] for c, r in zip(chosen, rejected)]
+        names = ["chosen", "rejected"]
+        return _rows_from_core(PreferenceBatch, self._route.encode_pairs(prompts, rows, names, options, False))  # type: ignore[no-any-return]
 
     def parse_completion(self, ids: Any, *, tools: Optional[Sequence[Any]] = None) -> ParsedCompletion:
         """Read the ids a model generated after the generation prompt back into an assistant

@@ -270,6 +270,13 @@ class Jinja2Route:
         ids, offsets = self._core.encode_rendered_batch(texts, sanitize)
         return ids, offsets, None, [], errors
 
+    def encode_pairs(
+        self, prompts: Sequence[Any], rows: Sequence[Any], names: list[str], options: CallOptions, single: bool
+    ) -> Any:
+        raise ChatTemplateError(
+            "pairs and preferences carry loss masks, which need chatids' own template engine (not the jinja2 fallback)"
+        )
+
     def lint(self, messages: Sequence[Any], options: CallOptions) -> list[tuple[str, Optional[int], str]]:
         try:
             self._render(messages, options, marked=False)

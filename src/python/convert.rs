@@ -379,3 +379,55 @@ pub(super) fn clock(
         second,
     }
 }
+
+/// One row of pairs: a prompt (a list of message dicts) and its completions (each a message
+/// dict or a list of them), converted as one conversation would be: completion message `j` is
+/// message `len(prompt) + j`, and every part is whole (`raw`) when any part holds a tool message.
+pub(super) fn pair_row_from_py(
+    prompt: &Bound<'_, PyAny>,
+    completions: &[Bound<'_, PyAny>],
+    raw: bool,
+) -> Result<(Vec<Message>, Vec<Vec<Message>>), TemplateError> {
+    let prompt_items = sequence_items(prompt, "a prompt must be a list of message dicts")?;
+    let completion_items = completions
+        .iter()
+        .map(|c| {
+            if c.cast::<PyDict>().is_ok() {
+                Ok(vec![c.clone()])
+            } else {
+                sequence_items(
+                    c,
+                    "a completion must be a message dict or a list of message dicts",
+                )
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = prompt_items.len();
+    let parse = |raw: bool| -> Result<(Vec<Message>, Vec<Vec<Message>>), TemplateError> {
+        let prompt = prompt_items
+            .iter()
+            .enumerate()
+            .map(|(i, m)| message_from_py(m, i, raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        let completions = completion_items
+            .iter()
+            .map(|items| {
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(j, m)| message_from_py(m, n + j, raw))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((prompt, completions))
+    };
+    let (prompt, completions) = parse(raw)?;
+    let any_tool = prompt
+        .iter()
+        .chain(completions.iter().flatten())
+        .any(crate::message::is_tool_message);
+    if !raw && any_tool {
+        return parse(true);
+    }
+    Ok((prompt, completions))
+}

@@ -7,7 +7,7 @@ use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use super::convert::{messages_from_py, sequence_items};
+use super::convert::{messages_from_py, pair_row_from_py, sequence_items};
 use super::options::CallOptions;
 use super::{completion, guarded, session, to_py_err};
 use crate::encoder::{Encoder, LoadOptions, Route};
@@ -477,6 +477,104 @@ impl PyEncoder {
                 .into_iter()
                 .map(|(i, t)| (i, truncation_tuple(t)))
                 .collect(),
+            batch
+                .errors
+                .into_iter()
+                .map(|(i, e)| (i, e.to_string()))
+                .collect(),
+        ))
+    }
+
+    /// Rows of a prompt and `len(names)` completions each, in parallel: `(prompt ids, prompt
+    /// offsets, [(ids, offsets, mask)] per completion, prompt_cut, errors)`, errors (with
+    /// `on_error="collect"`) as `(index, message)`; `single`: one row, errors without its
+    /// index. See [`crate::pairs`].
+    #[allow(clippy::type_complexity)]
+    fn encode_pairs<'py>(
+        &self,
+        py: Python<'py>,
+        prompts: &Bound<'py, PyAny>,
+        completions: &Bound<'py, PyAny>,
+        names: Vec<String>,
+        options: CallOptions,
+        single: bool,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<u32>>,
+        Bound<'py, PyArray1<i64>>,
+        Vec<(
+            Bound<'py, PyArray1<u32>>,
+            Bound<'py, PyArray1<i64>>,
+            Bound<'py, PyArray1<u8>>,
+        )>,
+        Bound<'py, PyArray1<u32>>,
+        Vec<(usize, String)>,
+    )> {
+        let bad = |e: TemplateError| to_py_err(e.into());
+        let prompts = sequence_items(
+            prompts,
+            "prompts must be a list of prompts (lists of message dicts)",
+        )
+        .map_err(bad)?;
+        let rows = sequence_items(
+            completions,
+            "completions must be a list, one entry per prompt",
+        )
+        .map_err(bad)?;
+        if prompts.len() != rows.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} prompts but {} completion rows",
+                prompts.len(),
+                rows.len()
+            )));
+        }
+        let slots = names.len();
+        let jinja = self.inner.is_jinja();
+        let converted: Vec<crate::pairs::PairRow> = prompts
+            .iter()
+            .zip(&rows)
+            .map(|(prompt, row)| {
+                let items = sequence_items(row, "each row of completions must be a list")?;
+                if items.len() != slots {
+                    return Err(TemplateError::whole(format!(
+                        "expected {slots} completion(s), got {}",
+                        items.len()
+                    )));
+                }
+                pair_row_from_py(prompt, &items, jinja)
+            })
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let batch = py.detach(|| {
+            guarded(|| {
+                crate::pairs::encode_pair_batch(
+                    &self.inner,
+                    &converted,
+                    slots,
+                    &names,
+                    &options.encode,
+                    crate::pairs::PairBatchOptions {
+                        on_error: options.batch.on_error,
+                        num_threads: options.batch.num_threads,
+                        single,
+                    },
+                )
+            })
+        })?;
+        Ok((
+            batch.prompts.ids.into_pyarray(py),
+            batch.prompts.offsets.into_pyarray(py),
+            batch
+                .completions
+                .into_iter()
+                .map(|c| {
+                    (
+                        c.ids.into_pyarray(py),
+                        c.offsets.into_pyarray(py),
+                        c.mask.into_pyarray(py),
+                    )
+                })
+                .collect(),
+            batch.prompt_cut.into_pyarray(py),
             batch
                 .errors
                 .into_iter()
