@@ -10,10 +10,12 @@ template, and safe against special-token injection by default::
 
 from ._core import ChatTemplateError, CheckpointError, __version__
 from ._completion import CompletionStream, ParsedCompletion
-from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, Batch, EncodedChat, Encoder, Finding
+from ._encoder import FORMATS, MISTRAL_COMMON_FORMATS, EncodedChat, Encoder, Finding
+from ._training import Batch
 from ._training import Truncation
 from ._integrations import RayEncode, hf_map
 from ._session import Session
+from ._pairs import EncodedPair, EncodedPreference, PairBatch, PreferenceBatch
 from ._training import Packed, Padded, pack
 
 __all__ = [
@@ -24,11 +26,15 @@ __all__ = [
     "CheckpointError",
     "CompletionStream",
     "EncodedChat",
+    "EncodedPair",
+    "EncodedPreference",
     "Encoder",
     "Finding",
     "RayEncode",
     "Session",
     "Packed",
+    "PairBatch",
+    "PreferenceBatch",
     "ParsedCompletion",
     "Padded",
     "Truncation",

@@ -13,6 +13,8 @@ line (``tools`` optional), or a bare list of messages.
   that cannot be encoded (malformed lines included) are counted by reason in the summary and
   written, with their line and the original record, to ``OUT.rejected.jsonl``; nothing is dropped
   silently.
+  ``--pairs`` reads preference or prompt–completion records instead and writes TRL's
+  pre-tokenized columns (``_cli_pairs.py``).
 * ``verify`` compares chatids with transformers' ``apply_chat_template`` (render, and ids with
   ``sanitize_control_tokens`` off and on) on every conversation and prints a summary.
 * ``explain`` says which path serves the checkpoint and why.
@@ -168,6 +170,14 @@ def _encode_file(args: argparse.Namespace) -> int:
         raise _UsageError("--chunk-size must be at least 1")
     if not os.path.isfile(args.input):
         raise _UsageError(f"{args.input}: no such file")
+    if args.pairs:
+        from ._cli_pairs import encode_pairs_file
+
+        enc = _load(args)
+        kwargs = _template_kwargs(args)
+        kwargs.setdefault("now", datetime.now())
+        print(enc.explain())
+        return encode_pairs_file(args, enc, kwargs, _reason_kind)
     parquet_in = args.input.endswith((".parquet", ".pq"))
     options = _encode_options(args)
     masks = bool(options.get("return_assistant_mask"))
@@ -520,6 +530,12 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="progress bar on stderr even when it is not a terminal")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     enc.add_argument("--strict", action="store_true", help="exit 1 if any conversation is refused")
+    enc.add_argument(
+        "--pairs", action="store_true",
+        help="preference (prompt, chosen, rejected) or prompt-completion (prompt, completion, label) records to TRL's "
+        "columns (prompt_ids, chosen_ids, rejected_ids / completion_ids); --out FILE.parquet or FILE.jsonl",
+    )
+    enc.add_argument("--trl-style", choices=["trl", "trl<0.29"], default="trl", help="DPO column names of --pairs (default: TRL 0.29 and later)")
     render = sub.choices["render"]
     render.add_argument("--raw", action="store_true", help="print the prompt exactly, no quoting")
     render.add_argument(

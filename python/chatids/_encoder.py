@@ -1,4 +1,5 @@
-"""The public Python API: :class:`Encoder`, :class:`Batch`, :class:`EncodedChat`."""
+"""The public Python API: :class:`Encoder` and :class:`EncodedChat` (:class:`Batch` lives in
+``_training``, with the padded and packed rows built from it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from . import _core
 from ._jinja2_fallback import Jinja2Renderer, Jinja2Route
 from ._completion import ParsedCompletion, _parsed
 from ._options import CallOptions, call_options
-from ._training import Packed, Padded, Truncation, pack, to_padded
+from ._training import Batch, Packed, Padded, Truncation, _labels, pack, to_padded
 
 from typing import TYPE_CHECKING
 
@@ -68,84 +69,6 @@ class EncodedChat:
     """``ids`` as int64 with -100 where ``assistant_mask`` is 0; None unless asked."""
     truncation: Optional[Truncation] = None
     """What ``truncation=`` cut, or None."""
-
-
-class Batch:
-    """Token ids of many conversations in one flat, columnar batch.
-
-    Conversation ``i`` is ``ids[offsets[i]:offsets[i + 1]]``; ``batch[i]`` returns that view.
-    With ``return_assistant_mask=True`` the flat ``assistant_mask`` (uint8) and ``labels``
-    (int64, -100 where not trained) line up with ``ids``. With ``on_error="collect"``, a
-    conversation that cannot be encoded has no tokens and its reason is in :attr:`errors`.
-    """
-
-    __slots__ = ("ids", "offsets", "assistant_mask", "labels", "errors", "truncations")
-
-    def __init__(
-        self,
-        ids: np.ndarray,
-        offsets: np.ndarray,
-        assistant_mask: Optional[np.ndarray] = None,
-        labels: Optional[np.ndarray] = None,
-        errors: Optional[dict[int, str]] = None,
-        truncations: Optional[dict[int, Truncation]] = None,
-    ) -> None:
-        self.ids = ids
-        """All token ids (uint32), conversation after conversation."""
-        self.offsets = offsets
-        """``len(self) + 1`` int64 offsets into :attr:`ids`."""
-        self.assistant_mask = assistant_mask
-        """Flat uint8 loss mask aligned with :attr:`ids`, or None."""
-        self.labels = labels
-        """Flat int64 labels aligned with :attr:`ids` (-100 where not trained), or None."""
-        self.errors: dict[int, str] = errors or {}
-        """Conversation index -> why it was rejected (``on_error="collect"``); rejected rows are empty."""
-        self.truncations: dict[int, Truncation] = truncations or {}
-        """Conversation index -> what the truncation policy cut."""
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"batch index {i} out of range for {n} conversations")
-        return self.ids[self.offsets[i] : self.offsets[i + 1]]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for i in range(len(self)):
-            yield self[i]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Number of tokens of each conversation."""
-        return np.diff(self.offsets)
-
-    def to_padded(
-        self,
-        pad_id: int,
-        side: str = "right",
-        max_length: Optional[int] = None,
-        truncation: str = "error",
-        return_tensors: str = "np",
-    ) -> "Padded":
-        """One row per conversation, padded: ``input_ids``, ``attention_mask``, ``labels``
-        (only when the batch has labels), ``assistant_mask``; see :func:`chatids._training.to_padded`."""
-
-        return to_padded(self, pad_id, side, max_length, truncation, return_tensors)
-
-    def pack(self, seq_len: int, *, pad_id: int, truncation: str = "error", return_tensors: str = "np") -> "Packed":
-        """Whole conversations packed into rows of ``seq_len`` tokens: :func:`chatids.pack`."""
-
-        return pack(self, seq_len, pad_id=pad_id, truncation=truncation, return_tensors=return_tensors)
-
-    def __repr__(self) -> str:
-        extra = ", with labels" if self.labels is not None else ""
-        if self.errors:
-            extra += f", {len(self.errors)} rejected"
-        return f"Batch({len(self)} conversations, {len(self.ids)} tokens{extra})"
 
 
 def _tool_names(tools: Optional[Sequence[Any]]) -> Optional[list[str]]:
@@ -654,13 +577,6 @@ class Encoder:
         unpickling (in a ``multiprocessing`` worker, a ``datasets.map(num_proc=...)`` process,
         a Ray task) reads no checkpoint file and downloads nothing."""
         return (_encoder_from_state, (self._core.to_bytes(), type(self)))
-
-def _labels(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """``ids`` as int64 with -100 (the ignore index of PyTorch's cross entropy) where not trained."""
-    labels = ids.astype(np.int64)
-    labels[mask == 0] = -100
-    return labels
-
 
 def _truncation(cut: tuple[str, int, int, list[int]]) -> Truncation:
     policy, original_length, dropped_tokens, dropped_messages = cut

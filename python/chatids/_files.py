@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from ._encoder import Batch
+from ._training import Batch
 from ._integrations import list_array
 
 

@@ -25,7 +25,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ._core import ChatTemplateError
-from ._encoder import Batch, Encoder
+from ._encoder import Encoder
+from ._training import Batch
 
 __all__ = ["encode_collect", "hf_map", "HFMap", "RayEncode"]
 

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ._encoder import Batch, _labels
+from ._training import Batch, _labels
 
 DPO_STYLES = ("trl", "trl<0.29")
 """The column names :meth:`PreferenceBatch.to_trl` writes: TRL 0.29 and later, or before."""
