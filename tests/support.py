@@ -156,6 +156,32 @@ def corpus_rows(file_name: str) -> list[dict]:
     return [rows[i] for i in sorted(picked)]
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The number of leading ids ``a`` and ``b`` share (TRL's ``common_prefix_length``)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def preference_cases(corpus_file: str) -> list[tuple[list[dict], dict, dict, Optional[list]]]:
+    """(prompt, chosen, rejected, tools) from the corpus sample of one file: each conversation
+    with an assistant message after its first message, cut before its last assistant message
+    (``chosen``); ``rejected`` is the last assistant message of the file's next such conversation."""
+    rows = corpus_rows(corpus_file)
+    last = [max((i for i, m in enumerate(r["messages"]) if m.get("role") == "assistant"), default=0) for r in rows]
+    out = []
+    for i, row in enumerate(rows):
+        if last[i] == 0:
+            continue
+        j = next((j % len(rows) for j in range(i + 1, i + 1 + len(rows)) if last[j % len(rows)] > 0), i)
+        msgs = row["messages"]
+        out.append((msgs[: last[i]], msgs[last[i]], rows[j]["messages"][last[j]], row.get("tools") or None))
+    return out
+
+
 @dataclass
 class Model:
     """A checkpoint with both encoders."""

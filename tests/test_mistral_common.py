@@ -94,6 +94,17 @@ class Route:
         request = self.request(messages, tools, continue_final_message)
         return self.refs[self.mode(messages, continue_final_message)].encode_chat_completion(request).tokens
 
+    def last_assistant_ids(self, messages: list[dict], tools=None) -> list[int]:
+        """mistral-common's ids of the final (assistant) message of a finetuning request."""
+        tok = self.refs[self.mode(messages)]
+        request = tok._chat_completion_request_validator.validate_request(self.request(messages, tools))
+        instruct = tok._instruct_request_normalizer.from_chat_completion_request(request)
+        it = tok.instruct_tokenizer
+        _, last_user = it.find_first_last_user(instruct)
+        i = len(instruct.messages) - 1
+        assert isinstance(instruct.messages[i], AssistantMessage)
+        return list(it.encode_assistant_message(instruct.messages[i], is_before_last_user_message=i < last_user))
+
     def assistant_ids(self, messages: list[dict], tools=None, continue_final_message: bool = False) -> list[int]:
         """mistral-common's ids of the assistant turns, in order (what a loss mask selects)."""
         tok = self.refs[self.mode(messages, continue_final_message)]
@@ -219,6 +230,34 @@ def test_corpus_matches_mistral_common(route, corpus_file):
         for i, conv in enumerate(group):
             assert batch[i].tolist() == route.ref(conv, json.loads(tools))
     print(route.name, corpus_file, dict(outcomes))
+
+
+def test_pairs_match_mistral_common(route):
+    """Pairs and preferences on the mistral-common route: mistral-common's ids of the prompt
+    (serving mode) and of each joined conversation (finetuning mode), split at their common
+    prefix as TRL splits them; the masks select mistral-common's ids of the completion."""
+    compared = 0
+    for corpus_file in support.corpus_files():
+        for prompt, chosen, rejected, tools in support.preference_cases(corpus_file)[:2]:
+            try:
+                p, c, r = (route.ref(m, tools) for m in (prompt, prompt + [chosen], prompt + [rejected]))
+            except Exception:  # noqa: BLE001 - mistral-common rejects it: chatids must too
+                with pytest.raises(chatids.ChatTemplateError):
+                    route.enc.encode_preference(prompt, chosen, rejected, tools=tools)
+                continue
+            try:
+                got = route.enc.encode_preference(prompt, chosen, rejected, tools=tools)
+            except chatids.ChatTemplateError as e:
+                assert any(x in str(e) for x in MC_POLICY), f"chatids refused with an undocumented reason: {e}"
+                continue
+            k = min(support.common_prefix(p, c), support.common_prefix(p, r))
+            assert got.to_trl() == {"prompt_ids": p[:k], "chosen_ids": c[k:], "rejected_ids": r[k:]}
+            for side, message in (("chosen", chosen), ("rejected", rejected)):
+                pair = getattr(got, side)
+                trained = pair.completion_ids[pair.completion_mask == 1].tolist()
+                assert trained == route.last_assistant_ids(prompt + [message], tools)
+            compared += 1
+    assert compared > 0
 
 
 def test_edge_cases_match_mistral_common(route):

@@ -47,20 +47,11 @@ EXAMPLES: dict[str, dict[str, str]] = defaultdict(dict)
 UNLOCATED = "its loss mask would leave it out"
 
 
-def _prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def split(model: support.Model, messages: list[dict], prompt: list[dict], completions: list[list[dict]], kw: dict) -> dict:
     """TRL's split of transformers' ids (plain, ``sanitize_control_tokens=False``)."""
     p = model.ref_ids(prompt, True, sanitize=False, **kw)
     joined = [model.ref_ids(prompt + c, False, sanitize=False, **kw) for c in completions]
-    n = min(_prefix(p, j) for j in joined)
+    n = min(support.common_prefix(p, j) for j in joined)
     return {"prompt": p[:n], "completions": [j[n:] for j in joined], "joined": joined, "cut": len(p) - n}
 
 
@@ -75,26 +66,6 @@ def string_route(model: support.Model, prompt: list[dict], completion: list[dict
         n += 1
     enc = model.tok
     return list(enc(text_j[:n], add_special_tokens=False)["input_ids"]) + list(enc(text_j[n:], add_special_tokens=False)["input_ids"])
-
-
-def cases(corpus_file: str) -> list[tuple[list[dict], dict, dict, Optional[list]]]:
-    """(prompt, chosen, rejected, tools) of each conversation with an assistant message after
-    its first message."""
-    rows = support.corpus_rows(corpus_file)
-    last = []
-    for row in rows:
-        msgs = row["messages"]
-        k = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=0)
-        last.append(k)
-    out = []
-    for i, row in enumerate(rows):
-        k = last[i]
-        if k == 0:
-            continue
-        j = next((j % len(rows) for j in range(i + 1, i + 1 + len(rows)) if last[j % len(rows)] > 0), i)
-        msgs = row["messages"]
-        out.append((msgs[:k], msgs[k], rows[j]["messages"][last[j]], row.get("tools") or None))
-    return out
 
 
 def refusal_allowed(reason: str) -> bool:
@@ -134,7 +105,7 @@ def check_case(model: support.Model, prompt: list[dict], chosen: dict, rejected:
         EXAMPLES[model.name].setdefault("prompt_cut > 0", f"{want['cut']} ids")
     # One completion: KTO's split.
     pair = model.enc.encode_pair(prompt, chosen, False, **model.ours_kwargs(**kw))
-    n = _prefix(model.ref_ids(prompt, True, sanitize=False, **kw), want["joined"][0])
+    n = support.common_prefix(model.ref_ids(prompt, True, sanitize=False, **kw), want["joined"][0])
     assert pair.prompt_ids.tolist() == want["joined"][0][:n] and pair.completion_ids.tolist() == want["joined"][0][n:]
     # The masks: the last assistant's body, after the shared prompt.
     for side, message in (("chosen", chosen), ("rejected", rejected)):
@@ -159,7 +130,7 @@ def check_case(model: support.Model, prompt: list[dict], chosen: dict, rejected:
 @pytest.mark.parametrize("corpus_file", support.corpus_files() or ["(no corpus)"])
 def test_pairs_and_preferences_split_like_trl_on_the_corpus(corpus_file: str) -> None:
     support.require_corpus(corpus_file)
-    rows = cases(corpus_file)
+    rows = support.preference_cases(corpus_file)
     for name in support.MODEL_NAMES:
         model = support.load_model(name)
         singles = [check_case(model, p, c, r, t) for p, c, r, t in rows]
