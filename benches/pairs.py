@@ -55,15 +55,7 @@ def trl_row(tok: Any, prompt: list[dict], chosen: dict, rejected: dict, kw: dict
     c = tok.apply_chat_template(prompt + [chosen], tokenize=True, return_dict=True, **kw)["input_ids"]
     r = tok.apply_chat_template(prompt + [rejected], tokenize=True, return_dict=True, **kw)["input_ids"]
 
-    def common(a: list[int], b: list[int]) -> int:
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
-
-    n = min(common(p, c), common(p, r))
+    n = min(len(os.path.commonprefix([p, c])), len(os.path.commonprefix([p, r])))
     return {"prompt_ids": p[:n], "chosen_ids": c[n:], "rejected_ids": r[n:]}
 
 

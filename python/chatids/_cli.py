@@ -24,12 +24,10 @@ line (``tools`` optional), or a bare list of messages.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import time
-from collections import Counter
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
@@ -41,6 +39,7 @@ from ._files import (
     _read_conversations,
     _jsonl_chunks,
     _parquet_chunks,
+    _Rejections,
     _UsageError,
     _pyarrow_parquet,
     _NpyWriter,
@@ -187,7 +186,6 @@ def _encode_file(args: argparse.Namespace) -> int:
     print(enc.explain())
 
     writer: Any = None
-    rejected_file = None
     if args.out:
         kind, stem = _output_kind(args.out)
         out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -203,33 +201,14 @@ def _encode_file(args: argparse.Namespace) -> int:
         rejected_path = args.rejected or stem + ".rejected.jsonl"
     else:
         rejected_path = args.rejected
-    if rejected_path:
-        rejected_file = open(rejected_path, "w", encoding="utf-8")
+    rejections = _Rejections(rejected_path, "conversation", _reason_kind, SHOWN_REJECTIONS)
+    reject = rejections.add
 
     show = set(_indices(args.show))
     shown: dict[int, tuple[Any, Any, np.ndarray]] = {}
-    reasons: Counter[str] = Counter()
-    first_rejections: list[str] = []
-    n_accepted = n_rejected = n_tokens = 0
+    n_accepted = n_tokens = 0
     n_truncated = dropped_tokens = 0
     encode_time = 0.0
-
-    def reject(index: int, line: Optional[int], reason: str, record: Any, raw: Optional[str]) -> None:
-        nonlocal n_rejected
-        n_rejected += 1
-        reasons[_reason_kind(reason)] += 1
-        if len(first_rejections) < SHOWN_REJECTIONS:
-            where = f" (line {line})" if line is not None else ""
-            first_rejections.append(f"  refused conversation {index}{where}: {reason}")
-        if rejected_file is not None:
-            entry: dict[str, Any] = {"index": index}
-            if line is not None:
-                entry["line"] = line
-            entry["reason"] = reason
-            entry["record"] = record
-            if raw is not None:
-                entry["raw"] = raw
-            rejected_file.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
 
     if parquet_in:
         total = _pyarrow_parquet().ParquetFile(args.input).metadata.num_rows
@@ -264,7 +243,7 @@ def _encode_file(args: argparse.Namespace) -> int:
                     shown[chunk.index[k]] = (chunk.convs[k], chunk.tools[k], kept[j].copy())
             n_accepted += len(keep_rows)
             n_tokens += int(kept.offsets[-1])
-            progress.update(chunk.progress, n_accepted + n_rejected, n_tokens, time.perf_counter() - start)
+            progress.update(chunk.progress, n_accepted + rejections.count, n_tokens, time.perf_counter() - start)
         written = writer.close() if writer is not None else []
     except BaseException:
         if writer is not None:
@@ -272,25 +251,17 @@ def _encode_file(args: argparse.Namespace) -> int:
         raise
     finally:
         progress.close()
-        if rejected_file is not None:
-            rejected_file.close()
+        rejections.close()
     elapsed = time.perf_counter() - start
 
+    n_rejected = rejections.count
     n = n_accepted + n_rejected
     print(
         f"{n_accepted} conversations -> {n_tokens} tokens in {elapsed:.2f} s "
         f"({n / max(elapsed, 1e-9):,.0f} conversations/s, {n_tokens / max(elapsed, 1e-9) / 1e6:.2f} M tokens/s; "
         f"encoding {encode_time:.2f} s); refused: {n_rejected}"
     )
-    for text in first_rejections:
-        print(text)
-    if n_rejected > len(first_rejections):
-        where = f", all in {rejected_path}" if rejected_path else ""
-        print(f"  ... {n_rejected - len(first_rejections)} more{where}")
-    if reasons:
-        print("refused, by reason:")
-        for reason, count in reasons.most_common():
-            print(f"  {count:8d}  {reason}")
+    rejections.print_summary()
     if n_truncated:
         print(f"truncated: {n_truncated} conversations ({dropped_tokens} tokens dropped, policy {options.get('truncation')})")
 

@@ -25,14 +25,14 @@ import gzip
 import json
 import os
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 import numpy as np
 
 from . import Encoder, __version__
-from ._files import _pyarrow_parquet, _UsageError
+from ._files import _pyarrow_parquet, _Rejections, _UsageError
 from ._integrations import list_array
 from ._pairs import _dpo_names, _Rows
 
@@ -276,25 +276,12 @@ def encode_pairs_file(args: argparse.Namespace, enc: Encoder, kwargs: dict[str, 
     parquet_in = args.input.endswith((".parquet", ".pq"))
     stem = os.path.splitext(args.out)[0] if args.out else None
     rejected_path = args.rejected or (stem + ".rejected.jsonl" if stem else None)
-    rejected_file = open(rejected_path, "w", encoding="utf-8") if rejected_path else None
+    rejections = _Rejections(rejected_path, "row", reason_kind)
+    reject = rejections.add
     writer: Optional[_Writer] = None
-    reasons: Counter[str] = Counter()
-    first: list[str] = []
-    n_rows = n_rejected = n_tokens = n_cut = 0
+    n_rows = n_tokens = n_cut = 0
     encode_time = 0.0
     kind = "preference"
-
-    def reject(index: int, line: Optional[int], reason: str, record: Any, raw: Optional[str]) -> None:
-        nonlocal n_rejected
-        n_rejected += 1
-        reasons[reason_kind(reason)] += 1
-        if len(first) < 20:
-            first.append(f"  refused row {index}{f' (line {line})' if line is not None else ''}: {reason}")
-        if rejected_file is not None:
-            entry: dict[str, Any] = {"index": index, **({"line": line} if line is not None else {}), "reason": reason, "record": record}
-            if raw is not None:
-                entry["raw"] = raw
-            rejected_file.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
 
     start = time.perf_counter()
     try:
@@ -325,17 +312,12 @@ def encode_pairs_file(args: argparse.Namespace, enc: Encoder, kwargs: dict[str, 
             writer.abort()
         raise
     finally:
-        if rejected_file is not None:
-            rejected_file.close()
+        rejections.close()
     elapsed = time.perf_counter() - start
+    n_rejected = rejections.count
     print(f"{n_rows} {kind} rows -> {n_tokens} tokens in {elapsed:.2f} s ({(n_rows + n_rejected) / max(elapsed, 1e-9):,.0f} rows/s; "
           f"encoding {encode_time:.2f} s); refused: {n_rejected}; prompt_cut > 0: {n_cut} rows")
-    for text in first:
-        print(text)
-    if reasons:
-        print("refused, by reason:")
-        for reason, count in reasons.most_common():
-            print(f"  {count:8d}  {reason}")
+    rejections.print_summary()
     if written:
         print(f"wrote {written} ({n_rows} rows; columns for TRL's {'DPO' if kind == 'preference' else 'KTO'} trainer)")
     if rejected_path:

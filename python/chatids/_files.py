@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -136,6 +137,52 @@ def _parquet_chunks(path: str, size: int, messages_key: str, tools_key: str) -> 
                     chunk.rows.append(record)
             index += 1
         yield chunk
+
+
+class _Rejections:
+    """The records a command does not encode: counted by reason (``reason_kind`` strips the
+    indices), the first ``shown`` listed in the summary, every one written to the side file
+    (``path``, if any) as ``{"index", "line", "reason", "record"}`` (``"raw"`` text for a
+    malformed line)."""
+
+    def __init__(self, path: Optional[str], noun: str, reason_kind: Any, shown: int = 20) -> None:
+        self.path, self.noun, self.reason_kind, self.shown = path, noun, reason_kind, shown
+        self.file = open(path, "w", encoding="utf-8") if path else None
+        self.count = 0
+        self.reasons: Counter[str] = Counter()
+        self.first: list[str] = []
+
+    def add(self, index: int, line: Optional[int], reason: str, record: Any, raw: Optional[str]) -> None:
+        self.count += 1
+        self.reasons[self.reason_kind(reason)] += 1
+        if len(self.first) < self.shown:
+            where = f" (line {line})" if line is not None else ""
+            self.first.append(f"  refused {self.noun} {index}{where}: {reason}")
+        if self.file is not None:
+            entry: dict[str, Any] = {"index": index}
+            if line is not None:
+                entry["line"] = line
+            entry["reason"] = reason
+            entry["record"] = record
+            if raw is not None:
+                entry["raw"] = raw
+            self.file.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def print_summary(self) -> None:
+        """The listed rejections, how many more, and the counts by reason."""
+        for text in self.first:
+            print(text)
+        if self.count > len(self.first):
+            where = f", all in {self.path}" if self.path else ""
+            print(f"  ... {self.count - len(self.first)} more{where}")
+        if self.reasons:
+            print("refused, by reason:")
+            for reason, count in self.reasons.most_common():
+                print(f"  {count:8d}  {reason}")
 
 
 class _UsageError(Exception):
