@@ -17,7 +17,7 @@ WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-pairs bench-text-peers bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
+.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-pairs bench-text-peers bench-load bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -168,6 +168,10 @@ bench-hf: develop
 bench-text-peers: develop
 	$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) benches/text_peers.py
+
+## Loading: from_pretrained, pickled size and unpickling per shared checkpoint, beside tokenizers' own load.
+bench-load: develop
+	$(PY) benches/load.py
 
 ## Preference rows: TRL's three apply_chat_template calls per row against encode_preference(s).
 bench-pairs: develop

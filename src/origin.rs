@@ -46,6 +46,7 @@ impl Origin {
             tokenizer_class,
             compat_note,
             generation_eos_ids,
+            native_model: _,
         } = checkpoint;
         Origin::Checkpoint(Box::new(CheckpointState {
             dir: dir.to_string_lossy().into_owned(),
@@ -125,6 +126,7 @@ impl CheckpointState {
             tokenizer_class: self.tokenizer_class.clone(),
             compat_note: self.compat_note.clone(),
             generation_eos_ids: self.generation_eos_ids.clone(),
+            native_model: None,
         }
     }
 

@@ -119,6 +119,7 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         tokenizer_class: None,
         compat_note: Some(built.note),
         generation_eos_ids,
+        native_model: None,
     })
 }
 

@@ -56,6 +56,9 @@ pub struct Checkpoint {
     pub compat_note: Option<String>,
     /// End-of-generation ids from `generation_config.json` (`eos_token_id`), if present.
     pub generation_eos_ids: Vec<u32>,
+    /// The BPE model as read from the tokenizer.json, for the native core (taken when the
+    /// encoder is built; see [`crate::text::native::ModelJson`]).
+    pub(crate) native_model: Option<crate::text::native::ModelJson>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -96,6 +99,7 @@ impl Checkpoint {
             compat::apply_transformers_class(&mut tokenizer_json, &config, &raw_tokenizer);
         compat::apply_added_token_flags(&mut tokenizer_json, &config, &named_special);
         let added_tokens = added_tokens(&tokenizer_json);
+        let native_model = crate::text::native::ModelJson::from_tokenizer_json(&tokenizer_json);
         let tokenizer = Tokenizer::from_bytes(tokenizer_json.to_string().as_bytes())
             .map_err(|e| Error::Load(format!("{}: cannot build tokenizer: {e}", dir.display())))?;
 
@@ -118,6 +122,7 @@ impl Checkpoint {
                 .map(str::to_string),
             compat_note,
             generation_eos_ids,
+            native_model,
         })
     }
 

@@ -161,7 +161,7 @@ impl Encoder {
     }
 
     fn build(
-        checkpoint: Checkpoint,
+        mut checkpoint: Checkpoint,
         format: Option<&str>,
         allow_external: bool,
         text: Option<std::sync::Arc<Selected>>,
@@ -219,10 +219,12 @@ impl Encoder {
         };
         let control_tokens =
             ControlTokens::for_template(&checkpoint.added_tokens, &checkpoint.chat_template);
+        let native_model = checkpoint.native_model.take();
         let text = text.unwrap_or_else(|| {
-            std::sync::Arc::new(Selected::new(
+            std::sync::Arc::new(Selected::with_model(
                 checkpoint.tokenizer.clone(),
                 EncoderChoice::from_env(),
+                native_model,
             ))
         });
         let mut newline_ids = Vec::new();

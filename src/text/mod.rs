@@ -106,12 +106,22 @@ impl Selected {
     /// Both encoders for `tokenizer` (the native one only if it supports it and `choice`
     /// allows it).
     pub fn new(tokenizer: tokenizers::Tokenizer, choice: EncoderChoice) -> Self {
+        Self::with_model(tokenizer, choice, None)
+    }
+
+    /// [`Selected::new`], the native core's tables read from `model` when given (the `model`
+    /// object of the JSON the tokenizer was built from; see [`native::ModelJson`]).
+    pub fn with_model(
+        tokenizer: tokenizers::Tokenizer,
+        choice: EncoderChoice,
+        model: Option<native::ModelJson>,
+    ) -> Self {
         let (native, refusal) = match choice {
             EncoderChoice::Tokenizers => (
                 None,
                 Some("CHATIDS_TEXT_ENCODER=tokenizers asks for the tokenizers crate".to_string()),
             ),
-            EncoderChoice::Auto => match NativeBpe::from_tokenizer(&tokenizer) {
+            EncoderChoice::Auto => match NativeBpe::from_tokenizer_with(&tokenizer, model) {
                 Ok(n) => (Some(n), None),
                 Err(why) => (None, Some(why)),
             },

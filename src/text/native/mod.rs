@@ -26,6 +26,7 @@ pub mod words;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::Deserialize;
 use serde_json::Value;
 use tokenizers::{ModelWrapper, NormalizedString, Normalizer as _, Tokenizer};
 use unicode_normalization::{is_nfc_quick, IsNormalized};
@@ -93,6 +94,16 @@ impl NativeBpe {
     /// The native core for `tokenizer`, or why it cannot reproduce it. The configuration is
     /// read from the tokenizer itself (its components serialized), so it is what the crate runs.
     pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<Self, String> {
+        Self::from_tokenizer_with(tokenizer, None)
+    }
+
+    /// [`NativeBpe::from_tokenizer`], the BPE tables read from `model` (the `model` object of the
+    /// JSON `tokenizer` was built from, see [`ModelJson`]) instead of from the tokenizer's model
+    /// written back to JSON, which costs about a third of loading a large vocabulary.
+    pub fn from_tokenizer_with(
+        tokenizer: &Tokenizer,
+        model: Option<ModelJson>,
+    ) -> Result<Self, String> {
         let as_json = |v: Result<Value, serde_json::Error>| {
             v.map_err(|e| format!("cannot read the tokenizer: {e}"))
         };
@@ -103,10 +114,15 @@ impl NativeBpe {
         let ModelWrapper::BPE(bpe) = tokenizer.get_model() else {
             return Err("only BPE models are supported".into());
         };
-        let model_json =
-            serde_json::to_string(bpe).map_err(|e| format!("cannot read the BPE model: {e}"))?;
-        let model_config: BpeJson = serde_json::from_str(&model_json)
-            .map_err(|e| format!("cannot read the BPE model: {e}"))?;
+        let model_config: BpeJson = match model {
+            Some(ModelJson(m)) => m,
+            None => {
+                let model_json = serde_json::to_string(bpe)
+                    .map_err(|e| format!("cannot read the BPE model: {e}"))?;
+                serde_json::from_str(&model_json)
+                    .map_err(|e| format!("cannot read the BPE model: {e}"))?
+            }
+        };
         let unk = model_config.unk_token.clone().unwrap_or_default();
         let model = read_model(model_config, units)?;
         let (raw_tokens, normalized_tokens) = read_added_tokens(tokenizer)?;
@@ -573,6 +589,50 @@ struct BpeJson {
     ignore_merges: bool,
     vocab: rustc_hash::FxHashMap<String, u32>,
     merges: Vec<MergeJson>,
+}
+
+/// A tokenizer.json's BPE `model` object, read from the JSON a tokenizer is built from, for
+/// [`NativeBpe::from_tokenizer_with`].
+pub struct ModelJson(BpeJson);
+
+impl ModelJson {
+    /// `tokenizer_json["model"]`, when it is exactly what the tokenizers crate writes back from
+    /// the model it builds out of it: a `"BPE"` model (its type named) whose vocabulary gives
+    /// every id to one token and whose merges name each pair once. (The crate keeps one token
+    /// per id and one rank per pair, so a file with repeats writes back otherwise.) Else None,
+    /// and the model is read from the tokenizer.
+    pub fn from_tokenizer_json(tokenizer_json: &Value) -> Option<Self> {
+        let model = tokenizer_json.get("model")?;
+        if model.get("type")?.as_str()? != "BPE" {
+            return None;
+        }
+        let m = BpeJson::deserialize(model).ok()?;
+        let top = m.vocab.values().copied().max().unwrap_or(0) as usize;
+        let mut seen = vec![false; top + 1];
+        for &id in m.vocab.values() {
+            if std::mem::replace(&mut seen[id as usize], true) {
+                return None;
+            }
+        }
+        let mut pairs = rustc_hash::FxHashSet::default();
+        pairs.reserve(m.merges.len());
+        for merge in &m.merges {
+            let pair = match merge {
+                MergeJson::Pair(a, b) => (a.as_str(), b.as_str()),
+                MergeJson::Joined(s) => {
+                    let mut parts = s.split(' ');
+                    match (parts.next(), parts.next(), parts.next()) {
+                        (Some(a), Some(b), None) => (a, b),
+                        _ => return None,
+                    }
+                }
+            };
+            if !pairs.insert(pair) {
+                return None;
+            }
+        }
+        Some(ModelJson(m))
+    }
 }
 
 /// A merge: `["a", "b"]`, or `"a b"` in older files.
