@@ -21,7 +21,8 @@
 //! 5. [`encoder::Encoder`] ties them together; [`batch`] encodes many conversations in
 //!    parallel (on chatids' own thread pools, safe after `fork()`); [`training`] and
 //!    [`pairs`] build loss masks, prompt–completion pairs and preference triples; [`persist`]
-//!    turns an encoder into bytes and back (Python pickles encoders by value with it).
+//!    turns an encoder into bytes and back (Python pickles encoders by value with it), and
+//!    [`compiled`] keeps those bytes in a cache folder so that the next load reads them.
 //!
 //! The Python bindings (`chatids._core`, feature `python`) only convert types.
 //!
@@ -38,6 +39,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod compiled;
 pub mod completion;
 pub mod control_tokens;
 pub mod encoder;

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tokenizers::Tokenizer;
 
 use crate::checkpoint::{Checkpoint, SpecialTokens};
 use crate::control_tokens::AddedTokenInfo;
@@ -103,7 +102,7 @@ impl CheckpointState {
     }
 
     /// The checkpoint again, with `tokenizer`.
-    pub(crate) fn to_checkpoint(&self, tokenizer: Tokenizer) -> Checkpoint {
+    pub(crate) fn to_checkpoint(&self, tokenizer: crate::text::LazyTokenizer) -> Checkpoint {
         Checkpoint {
             dir: PathBuf::from(&self.dir),
             tokenizer,

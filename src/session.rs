@@ -298,7 +298,7 @@ impl Session {
             return self.append_completion_whole(encoder, completion, message);
         }
         if let Some(text) = encoder.text_encoder() {
-            let tokenizer = text.tokenizer();
+            let tokenizer = text.lazy_tokenizer();
             if let Some((k, id)) = completion
                 .iter()
                 .enumerate()
@@ -308,7 +308,7 @@ impl Session {
                     index,
                     format!(
                         "completion id {id} (position {k}) is not in the vocabulary of {} ids",
-                        tokenizer.get_vocab_size(true)
+                        text.tokenizer()?.get_vocab_size(true)
                     ),
                 )
                 .into());

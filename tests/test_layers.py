@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("renderers: native formats, the Jinja path, probes, the format choice; mistral-common", ["render", "mistral_common"]),
     ("input preparation and the encoder's origin", ["input", "origin"]),
     ("the encoder facade", ["encoder"]),
-    ("built on the encoder", ["batch", "training", "pairs", "session", "lint", "persist", "packing"]),
+    ("built on the encoder", ["batch", "training", "pairs", "session", "lint", "persist", "compiled", "packing"]),
     ("the bindings", ["python"]),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}

@@ -225,14 +225,14 @@ def test_bad_states_raise_a_clear_error() -> None:
         _encoder_from_state(b"garbage")
     with pytest.raises(chatids.CheckpointError, match="not a chatids Encoder state"):
         _encoder_from_state(b"")
-    with pytest.raises(chatids.CheckpointError, match="format version 99.*reads version 1"):
+    with pytest.raises(chatids.CheckpointError, match="format version 99.*reads versions 1 to 2"):
         _encoder_from_state(state[:8] + bytes([99]) + state[9:])
     for cut in (9, 20, len(state) // 2, len(state) - 1):
         with pytest.raises(chatids.CheckpointError, match="invalid chatids Encoder state"):
             _encoder_from_state(state[:cut])
     flipped = bytearray(state)
     flipped[len(state) - 1000 : len(state) - 990] = b"\xff" * 10
-    with pytest.raises(chatids.CheckpointError, match="invalid chatids Encoder state"):
+    with pytest.raises(chatids.CheckpointError, match="invalid chatids Encoder state.*damaged"):
         _encoder_from_state(bytes(flipped))
     with pytest.raises(TypeError):
         _core.Encoder.from_bytes("a string")  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ static ENCODERS: LazyLock<Vec<(String, Selected)>> = LazyLock::new(|| {
         .into_iter()
         .map(|name| {
             let checkpoint = Checkpoint::load(std::path::Path::new(&dir).join(&name)).expect("loads");
-            let selected = Selected::new(checkpoint.tokenizer, EncoderChoice::Auto);
+            let selected = Selected::with_model(checkpoint.tokenizer, EncoderChoice::Auto, None);
             assert!(selected.native().is_some(), "{name}: {}", selected.describe());
             (name, selected)
         })
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     native.encode_with_starts(&text, options, &mut a, &mut sa);
-    selected.hf().encode_with_starts(&text, options, &mut b, &mut sb).expect("the crate encodes");
+    selected.hf().expect("the crate builds").encode_with_starts(&text, options, &mut b, &mut sb).expect("the crate encodes");
     assert_eq!(a, b, "{name} {options:?}: ids differ on {text:?}");
     assert_eq!(sa, sb, "{name} {options:?}: starts differ on {text:?}");
     let mut c = Vec::new();

@@ -115,7 +115,10 @@ class Encoder:
         chat_template: Optional[str] = None,
         allow_external: bool = False,
         unknown_template_args: str = "error",
+        cache_dir: Optional[str] = None,
     ) -> Encoder: ...
+    @property
+    def cache_use(self) -> Optional[str]: ...
     def with_chat_template(self, template: str, format: Optional[str] = None) -> Encoder: ...
     def to_bytes(self) -> bytes:
         """The encoder's state (tokenizer and template included), for pickling."""

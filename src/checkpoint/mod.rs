@@ -33,7 +33,7 @@ pub struct Checkpoint {
     /// The directory it was loaded from.
     pub dir: PathBuf,
     /// The tokenizer, as transformers would build it.
-    pub tokenizer: Tokenizer,
+    pub tokenizer: crate::text::LazyTokenizer,
     /// Every added token with its effective flags.
     pub added_tokens: Vec<AddedTokenInfo>,
     /// The chat template in use: the default one (see [`Checkpoint::chat_templates`]), or the
@@ -102,6 +102,7 @@ impl Checkpoint {
         let native_model = crate::text::native::ModelJson::from_tokenizer_json(&tokenizer_json);
         let tokenizer = Tokenizer::from_bytes(tokenizer_json.to_string().as_bytes())
             .map_err(|e| Error::Load(format!("{}: cannot build tokenizer: {e}", dir.display())))?;
+        let tokenizer = crate::text::LazyTokenizer::built(tokenizer);
 
         let chat_templates = chat_templates(&dir, &config)?;
         let (chat_template_source, chat_template) = default_template(&dir, &chat_templates)?;

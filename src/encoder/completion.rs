@@ -35,7 +35,11 @@ impl Encoder {
     fn tables(&self) -> &CompletionTables {
         self.completion.get_or_init(|| {
             let table = match &self.backend {
-                Backend::Template(route) => TokenText::new(route.text.tokenizer())
+                Backend::Template(route) => route
+                    .text
+                    .tokenizer()
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| TokenText::new(t).map_err(|e| e.to_string()))
                     .map(Arc::new)
                     .map_err(|e| format!("cannot decode completions: {e}")),
                 Backend::MistralCommon(mc) => Ok(Arc::new(mc.token_text())),
@@ -65,7 +69,7 @@ impl Encoder {
             Backend::Template(route) => route,
             Backend::MistralCommon(mc) => return Ok(Arc::new(mc.grammar())),
         };
-        let tokenizer = route.text.tokenizer();
+        let tokenizer = route.text.lazy_tokenizer();
         let token = |text: &str| {
             route
                 .control_tokens
@@ -96,7 +100,6 @@ impl Encoder {
 
     /// A format's grammar with the encoder's stop tokens and control tokens.
     fn complete_grammar(&self, route: &TemplateRoute, mut grammar: Grammar) -> Grammar {
-        let tokenizer = route.text.tokenizer();
         grammar.stops = self
             .stop_token_ids
             .iter()
@@ -112,11 +115,7 @@ impl Encoder {
             .map(|&(_, id)| id)
             .collect();
         // Every special added token is a control token too, whether or not the template writes it.
-        for (id, token) in tokenizer.get_added_tokens_decoder() {
-            if token.special {
-                control.insert(id);
-            }
-        }
+        control.extend(route.special_added_ids.iter().copied());
         control.extend(grammar.calls.markers());
         if let Some((open, close)) = grammar.reasoning {
             control.insert(open);

@@ -149,7 +149,7 @@ impl Encoder {
                 "with_chat_template applies to the transformers route (the mistral-common route has no template)".into(),
             ));
         };
-        let mut checkpoint = state.to_checkpoint(t.text.tokenizer().clone());
+        let mut checkpoint = state.to_checkpoint(t.text.lazy_tokenizer().clone());
         checkpoint.select_template(template)?;
         Ok(Self::build(
             checkpoint,
@@ -158,6 +158,17 @@ impl Encoder {
             Some(t.text.clone()),
         )?
         .with_unknown_template_args(self.unknown_template_args))
+    }
+
+    /// Build the encoder over text encoders already made (a state's native core, see
+    /// [`crate::persist`]).
+    pub(crate) fn build_with_text(
+        checkpoint: Checkpoint,
+        format: Option<&str>,
+        allow_external: bool,
+        text: std::sync::Arc<Selected>,
+    ) -> Result<Self> {
+        Self::build(checkpoint, format, allow_external, Some(text))
     }
 
     fn build(
@@ -265,9 +276,7 @@ impl Encoder {
         let bos_id = checkpoint.special_tokens.bos.as_deref().and_then(token_id);
         let post_processor_bos = checkpoint
             .tokenizer
-            .encode("x", true)
-            .ok()
-            .and_then(|e| e.get_ids().first().copied())
+            .first_id_with_specials()
             .filter(|&first| Some(first) == bos_id);
         let verified = match &format_choice {
             FormatChoice::Probed { .. } => true,
@@ -286,7 +295,14 @@ impl Encoder {
             );
             names
         });
+        let special_added_ids = checkpoint
+            .added_tokens
+            .iter()
+            .filter(|t| t.special)
+            .map(|t| t.id)
+            .collect();
         let route = TemplateRoute {
+            special_added_ids,
             token_splitter: TokenSplitter::new(&checkpoint.added_tokens),
             verified,
             template_args,

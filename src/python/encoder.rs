@@ -45,6 +45,17 @@ fn truncation_tuple(t: Truncated) -> TruncationTuple {
 #[pyclass(name = "Encoder", module = "chatids._core", frozen)]
 pub(super) struct PyEncoder {
     pub(super) inner: Arc<Encoder>,
+    /// What loading did with the compiled cache (`from_pretrained(cache_dir=...)`).
+    cache_use: Option<String>,
+}
+
+impl From<Encoder> for PyEncoder {
+    fn from(encoder: Encoder) -> Self {
+        PyEncoder {
+            inner: Arc::new(encoder),
+            cache_use: None,
+        }
+    }
 }
 
 impl PyEncoder {
@@ -86,7 +97,8 @@ impl PyEncoder {
 impl PyEncoder {
     /// Load a checkpoint directory; `format` forces a native format.
     #[staticmethod]
-    #[pyo3(signature = (path, format=None, reference=None, chat_template=None, allow_external=false, unknown_template_args="error"))]
+    #[pyo3(signature = (path, format=None, reference=None, chat_template=None, allow_external=false, unknown_template_args="error", cache_dir=None))]
+    #[allow(clippy::too_many_arguments)]
     fn from_pretrained(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -95,26 +107,36 @@ impl PyEncoder {
         chat_template: Option<String>,
         allow_external: bool,
         unknown_template_args: &str,
+        cache_dir: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let unknown_template_args = unknown_template_args.parse().map_err(to_py_err)?;
-        let encoder = py.detach(|| {
+        let (encoder, cache_use) = py.detach(|| {
             guarded(|| {
                 let reference = reference.as_deref().map(Route::parse).transpose()?;
-                Encoder::load_with(
-                    &path,
-                    &LoadOptions {
-                        format: format.as_deref(),
-                        reference,
-                        chat_template: chat_template.as_deref(),
-                        allow_external,
-                        unknown_template_args,
-                    },
-                )
+                let options = LoadOptions {
+                    format: format.as_deref(),
+                    reference,
+                    chat_template: chat_template.as_deref(),
+                    allow_external,
+                    unknown_template_args,
+                };
+                match &cache_dir {
+                    Some(dir) => Encoder::load_cached(&path, &options, dir)
+                        .map(|(e, used)| (e, Some(used.to_string()))),
+                    None => Encoder::load_with(&path, &options).map(|e| (e, None)),
+                }
             })
         })?;
         Ok(PyEncoder {
             inner: Arc::new(encoder),
+            cache_use,
         })
+    }
+
+    /// What loading did with the compiled cache, in a few words (`None` without a cache).
+    #[getter]
+    fn cache_use(&self) -> Option<String> {
+        self.cache_use.clone()
     }
 
     /// The same tokenizer with another chat template (the text encoders are shared).
@@ -128,9 +150,7 @@ impl PyEncoder {
         let inner = Arc::clone(&self.inner);
         let encoder =
             py.detach(|| guarded(|| inner.with_chat_template(&template, format.as_deref())))?;
-        Ok(PyEncoder {
-            inner: Arc::new(encoder),
-        })
+        Ok(PyEncoder::from(encoder))
     }
 
     /// The native format's name.
@@ -230,8 +250,8 @@ impl PyEncoder {
         let text = self.inner.text_encoder().ok_or_else(|| {
             PyValueError::new_err("the mistral-common route does not use tokenizer.json")
         })?;
-        text.tokenizer()
-            .to_string(false)
+        text.lazy_tokenizer()
+            .to_json()
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
@@ -611,8 +631,6 @@ impl PyEncoder {
     #[staticmethod]
     fn from_bytes(py: Python<'_>, state: &[u8]) -> PyResult<Self> {
         let encoder = py.detach(|| guarded(|| Encoder::from_bytes(state)))?;
-        Ok(PyEncoder {
-            inner: Arc::new(encoder),
-        })
+        Ok(PyEncoder::from(encoder))
     }
 }

@@ -7,7 +7,6 @@ use pyo3::prelude::*;
 
 use super::convert::clock;
 use super::{guarded, to_py_err};
-use crate::error::Error;
 
 /// Encode texts with a SentencePiece `.model` file (a test hook for the Rust encoder).
 #[pyfunction]
@@ -90,10 +89,7 @@ pub(super) fn _gguf_tokenizer_json(
     py.detach(|| {
         guarded(|| {
             let checkpoint = crate::checkpoint::gguf::load(&path)?;
-            let json = checkpoint
-                .tokenizer
-                .to_string(false)
-                .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            let json = checkpoint.tokenizer.to_json()?;
             Ok((json, checkpoint.chat_template))
         })
     })

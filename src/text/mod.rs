@@ -16,13 +16,18 @@
 
 pub mod decode;
 mod hf;
+pub mod image;
+pub mod lazy;
 pub mod native;
 pub mod sentencepiece;
 pub mod tekken;
 
 pub use decode::{StreamState, TextStream, TokenText, UnknownId};
 pub use hf::HfTextEncoder;
+pub use lazy::{LazyTokenizer, TokenIndex};
 pub use native::NativeBpe;
+
+use std::sync::OnceLock;
 
 use crate::error::Result;
 
@@ -94,9 +99,10 @@ impl EncoderChoice {
 }
 
 /// The checkpoint's tokenizer as both text encoders; encodes with the native core where it
-/// applies.
+/// applies. The `tokenizers` crate's encoder is made on first use (see [`lazy`]).
 pub struct Selected {
-    hf: HfTextEncoder,
+    tokenizer: LazyTokenizer,
+    hf: OnceLock<std::result::Result<HfTextEncoder, String>>,
     native: Option<NativeBpe>,
     /// Why the native core does not run, when it does not.
     refusal: Option<String>,
@@ -106,36 +112,57 @@ impl Selected {
     /// Both encoders for `tokenizer` (the native one only if it supports it and `choice`
     /// allows it).
     pub fn new(tokenizer: tokenizers::Tokenizer, choice: EncoderChoice) -> Self {
-        Self::with_model(tokenizer, choice, None)
+        Self::with_model(LazyTokenizer::built(tokenizer), choice, None)
     }
 
     /// [`Selected::new`], the native core's tables read from `model` when given (the `model`
     /// object of the JSON the tokenizer was built from; see [`native::ModelJson`]).
     pub fn with_model(
-        tokenizer: tokenizers::Tokenizer,
+        tokenizer: LazyTokenizer,
         choice: EncoderChoice,
         model: Option<native::ModelJson>,
     ) -> Self {
-        let (native, refusal) = match choice {
-            EncoderChoice::Tokenizers => (
+        let (native, refusal) = match (choice, tokenizer.get()) {
+            (EncoderChoice::Tokenizers, _) => (
                 None,
                 Some("CHATIDS_TEXT_ENCODER=tokenizers asks for the tokenizers crate".to_string()),
             ),
-            EncoderChoice::Auto => match NativeBpe::from_tokenizer_with(&tokenizer, model) {
+            (EncoderChoice::Auto, Err(e)) => (None, Some(e.to_string())),
+            (EncoderChoice::Auto, Ok(t)) => match NativeBpe::from_tokenizer_with(t, model) {
                 Ok(n) => (Some(n), None),
                 Err(why) => (None, Some(why)),
             },
         };
         Selected {
-            hf: HfTextEncoder::new(tokenizer),
+            tokenizer,
+            hf: OnceLock::new(),
             native,
             refusal,
         }
     }
 
-    /// The `tokenizers` crate's encoder (always there: the reference and the fallback).
-    pub fn hf(&self) -> &HfTextEncoder {
-        &self.hf
+    /// The native core read from an image, over a tokenizer built on first use.
+    pub fn from_native(tokenizer: LazyTokenizer, native: NativeBpe) -> Self {
+        Selected {
+            tokenizer,
+            hf: OnceLock::new(),
+            native: Some(native),
+            refusal: None,
+        }
+    }
+
+    /// The `tokenizers` crate's encoder (the reference and the fallback), made now if it was
+    /// not.
+    pub fn hf(&self) -> Result<&HfTextEncoder> {
+        self.hf
+            .get_or_init(|| {
+                self.tokenizer
+                    .get()
+                    .map(|t| HfTextEncoder::new(t.clone()))
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| crate::error::Error::Tokenizer(e.clone()))
     }
 
     /// The native core, if it runs for this tokenizer.
@@ -143,9 +170,14 @@ impl Selected {
         self.native.as_ref()
     }
 
-    /// The wrapped tokenizer.
-    pub fn tokenizer(&self) -> &tokenizers::Tokenizer {
-        self.hf.tokenizer()
+    /// The tokenizer, built now if it was not.
+    pub fn tokenizer(&self) -> Result<&tokenizers::Tokenizer> {
+        self.tokenizer.get()
+    }
+
+    /// The tokenizer, built or not (lookups do not build it).
+    pub fn lazy_tokenizer(&self) -> &LazyTokenizer {
+        &self.tokenizer
     }
 
     /// Which encoder runs, and why, in one line (for `Encoder::explain`).
@@ -184,7 +216,7 @@ impl Selected {
     ) -> Result<()> {
         let encoder: &dyn TextEncoder = match which {
             Which::Selected => self,
-            Which::Tokenizers => &self.hf,
+            Which::Tokenizers => self.hf()?,
             Which::Native => self.native_or_error()?,
         };
         match starts {
@@ -213,6 +245,7 @@ impl Selected {
         with_starts: bool,
     ) -> Result<Vec<usize>> {
         let native = self.native_or_error()?;
+        let hf = self.hf()?;
         let mut out = Vec::new();
         let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, text) in texts.iter().enumerate() {
@@ -225,10 +258,10 @@ impl Selected {
             sb.clear();
             if with_starts {
                 native.encode_with_starts(text, options, &mut a, &mut sa);
-                self.hf.encode_with_starts(text, options, &mut b, &mut sb)?;
+                hf.encode_with_starts(text, options, &mut b, &mut sb)?;
             } else {
                 native.encode(text, options, &mut a);
-                self.hf.encode(text, options, &mut b)?;
+                hf.encode(text, options, &mut b)?;
             }
             if a != b || sa != sb {
                 out.push(i);
@@ -241,10 +274,10 @@ impl Selected {
 impl Selected {
     /// The encoder for `text`: the native core where it applies, else the crate.
     #[inline]
-    fn pick(&self, text: &str) -> &dyn TextEncoder {
+    fn pick(&self, text: &str) -> Result<&dyn TextEncoder> {
         match &self.native {
-            Some(n) if n.handles(text) => n,
-            _ => &self.hf,
+            Some(n) if n.handles(text) => Ok(n),
+            _ => Ok(self.hf()?),
         }
     }
 }
@@ -252,7 +285,7 @@ impl Selected {
 impl TextEncoder for Selected {
     #[inline]
     fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) -> Result<()> {
-        self.pick(text).encode(text, options, ids)
+        self.pick(text)?.encode(text, options, ids)
     }
 
     fn encode_with_starts(
@@ -262,7 +295,7 @@ impl TextEncoder for Selected {
         ids: &mut Vec<u32>,
         starts: &mut Vec<usize>,
     ) -> Result<()> {
-        self.pick(text)
+        self.pick(text)?
             .encode_with_starts(text, options, ids, starts)
     }
 }

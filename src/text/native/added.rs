@@ -13,6 +13,8 @@ use std::sync::LazyLock;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 
+use crate::text::image::{ReadResult, Reader, Writer};
+
 /// One added token's matching flags.
 #[derive(Debug, Clone)]
 pub struct AddedToken {
@@ -28,6 +30,8 @@ pub struct AddedToken {
 pub struct Matcher {
     automaton: AhoCorasick,
     tokens: Vec<AddedToken>,
+    /// What each token is searched as (kept to write the matcher into an image).
+    patterns: Vec<String>,
     /// Whether any token has a flag that needs the text around a match.
     flags: bool,
 }
@@ -64,8 +68,44 @@ impl Matcher {
         Ok(Some(Matcher {
             automaton,
             tokens,
+            patterns,
             flags,
         }))
+    }
+
+    /// Write the tokens and their patterns (the automaton is built again when read).
+    pub fn write(&self, w: &mut Writer) {
+        w.len(self.tokens.len());
+        for (t, p) in self.tokens.iter().zip(&self.patterns) {
+            w.u32(t.id);
+            w.str(&t.content);
+            w.u8(u8::from(t.single_word)
+                | u8::from(t.lstrip) << 1
+                | u8::from(t.rstrip) << 2
+                | u8::from(t.normalized) << 3);
+            w.str(p);
+        }
+    }
+
+    /// Read a matcher [`Matcher::write`] wrote.
+    pub fn read(r: &mut Reader<'_>) -> ReadResult<Option<Self>> {
+        let n = r.len(4 + 8 + 1 + 8)?;
+        let (mut tokens, mut patterns) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let id = r.u32()?;
+            let content = r.str()?.to_string();
+            let flags = r.u8()?;
+            tokens.push(AddedToken {
+                id,
+                content,
+                single_word: flags & 1 != 0,
+                lstrip: flags & 2 != 0,
+                rstrip: flags & 4 != 0,
+                normalized: flags & 8 != 0,
+            });
+            patterns.push(r.str()?.to_string());
+        }
+        Self::new(tokens, patterns)
     }
 
     /// Whether `text` holds any of the tokens (a quick test before [`Matcher::split`]).

@@ -20,6 +20,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use super::table::{InlineMap, Key, PairRanks};
+use crate::text::image::{ReadResult, Reader, Writer};
 
 /// No id.
 pub const NONE: u32 = u32::MAX;
@@ -38,8 +39,9 @@ pub enum Units {
 /// A loaded BPE model.
 pub struct BpeModel {
     pub units: Units,
-    /// Token bytes to id (for byte-level vocabularies, the raw bytes).
-    vocab: FxHashMap<Box<[u8]>, u32>,
+    /// Token bytes to id (for byte-level vocabularies, the raw bytes), for tokens longer than
+    /// a [`Key`] holds.
+    long_vocab: FxHashMap<Box<[u8]>, u32>,
     /// The same for tokens of at most 23 bytes, looked up without touching the heap.
     short_vocab: InlineMap,
     /// Units::Bytes: the id of each single byte.
@@ -176,9 +178,10 @@ impl BpeModel {
             ),
             None => None,
         };
+        vocab.retain(|text, _| Key::new(text).is_none());
         Ok(BpeModel {
             units: config.units,
-            vocab,
+            long_vocab: vocab,
             short_vocab,
             byte_ids,
             bmp_ids,
@@ -203,13 +206,106 @@ impl BpeModel {
     pub fn token_id_keyed(&self, word: &[u8], key: Option<Key>) -> Option<u32> {
         match key {
             Some(k) => self.short_vocab.get(k).map(|id| id as u32),
-            None => self.vocab.get(word).copied(),
+            None => self.long_vocab.get(word).copied(),
         }
     }
 
     /// The texts of all tokens (to find where texts may be cut into words, [`super::words`]).
-    pub fn vocab_texts(&self) -> impl Iterator<Item = &[u8]> {
-        self.vocab.keys().map(|k| &**k)
+    pub fn vocab_texts(&self) -> Vec<Vec<u8>> {
+        self.short_vocab
+            .entries()
+            .map(|(k, _)| k.bytes())
+            .chain(self.long_vocab.keys().map(|k| k.to_vec()))
+            .collect()
+    }
+
+    /// Write the model's tables as they are laid out (see [`crate::text::image`]).
+    pub fn write(&self, w: &mut Writer) {
+        w.u8(match self.units {
+            Units::Bytes => 0,
+            Units::Chars => 1,
+        });
+        let mut long: Vec<(&[u8], u32)> = self.long_vocab.iter().map(|(k, &v)| (&**k, v)).collect();
+        long.sort_unstable();
+        w.len(long.len());
+        for (text, id) in long {
+            w.bytes(text);
+            w.u32(id);
+        }
+        self.short_vocab.write(w);
+        w.u32s(&self.byte_ids);
+        w.u32s(&self.bmp_ids);
+        let mut astral: Vec<(u32, u32)> = self.astral_ids.iter().map(|(&c, &id)| (c, id)).collect();
+        astral.sort_unstable();
+        w.u32s(
+            &astral
+                .iter()
+                .flat_map(|&(c, id)| [c, id])
+                .collect::<Vec<_>>(),
+        );
+        self.merges.write(w);
+        w.u32s(&self.merged);
+        w.option(self.byte_fallback.as_deref(), |w, ids| w.u32s(ids));
+        w.option(self.unk, |w, id| w.u32(id));
+        w.bool(self.fuse_unk);
+        w.bool(self.ignore_merges);
+    }
+
+    /// Read a model [`BpeModel::write`] wrote.
+    pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
+        let units = match r.u8()? {
+            0 => Units::Bytes,
+            1 => Units::Chars,
+            u => return Err(format!("unknown BPE units {u}")),
+        };
+        let n = r.len(12)?;
+        let mut long_vocab = FxHashMap::default();
+        long_vocab.reserve(n);
+        for _ in 0..n {
+            let text: Box<[u8]> = r.bytes()?.into();
+            long_vocab.insert(text, r.u32()?);
+        }
+        let short_vocab = InlineMap::read(r)?;
+        let byte_ids: [u32; 256] = r
+            .u32s()?
+            .try_into()
+            .map_err(|_| "the byte table does not have 256 entries".to_string())?;
+        let bmp_ids = r.u32s()?;
+        if !(bmp_ids.is_empty() || bmp_ids.len() == 0x1_0000) {
+            return Err("the character table has an impossible size".into());
+        }
+        let astral = r.u32s()?;
+        let astral_ids = astral.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+        let merges = PairRanks::read(r)?;
+        let merged = r.u32s()?;
+        if merges
+            .max_rank()
+            .is_some_and(|m| m as usize >= merged.len())
+        {
+            return Err("a merge rank has no merged token".into());
+        }
+        let byte_fallback = r.option(|r| {
+            let ids: [u32; 256] = r
+                .u32s()?
+                .try_into()
+                .map_err(|_| "the byte-fallback table does not have 256 entries".to_string())?;
+            Ok(Box::new(ids))
+        })?;
+        let unk = r.option(Reader::u32)?;
+        Ok(BpeModel {
+            units,
+            long_vocab,
+            short_vocab,
+            byte_ids,
+            bmp_ids,
+            astral_ids,
+            merges,
+            merged,
+            byte_fallback,
+            unk,
+            fuse_unk: r.bool()?,
+            ignore_merges: r.bool()?,
+        })
     }
 
     /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens` (the

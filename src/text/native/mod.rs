@@ -35,6 +35,7 @@ use self::added::{AddedToken, Matcher, Part};
 use self::bpe::{BpeConfig, BpeModel, Units};
 use self::split::Pattern;
 use self::words::WordCutter;
+use super::image::{ReadResult, Reader, Writer};
 use super::TextOptions;
 
 /// The normalizers the native core runs.
@@ -128,7 +129,7 @@ impl NativeBpe {
         let (raw_tokens, normalized_tokens) = read_added_tokens(tokenizer)?;
         let cutter = match units {
             Units::Bytes => None,
-            Units::Chars => WordCutter::new(model.vocab_texts(), |t| {
+            Units::Chars => WordCutter::new(model.vocab_texts().iter().map(Vec::as_slice), |t| {
                 contains(t, b"<0x") || (!unk.is_empty() && contains(t, unk.as_bytes()))
             }),
         };
@@ -153,6 +154,90 @@ impl NativeBpe {
                 "SentencePiece-style BPE (spaces to ▁ by the normalizer)".to_string()
             }
         };
+        unicode::warm_up();
+        Ok(NativeBpe {
+            raw_tokens,
+            normalized_tokens,
+            normalizer,
+            pre_tokenizer,
+            model,
+            cutter,
+            cache_key: NEXT_CACHE_KEY.fetch_add(1, Ordering::Relaxed),
+            description,
+        })
+    }
+
+    /// Write the built core (see [`crate::text::image`]): [`NativeBpe::read_image`] gives it
+    /// back without the tokenizer, its JSON, or rebuilding its tables.
+    pub fn write_image(&self, w: &mut Writer) {
+        let matcher = |w: &mut Writer, m: &Option<Matcher>| match m {
+            Some(m) => m.write(w),
+            None => w.len(0),
+        };
+        matcher(w, &self.raw_tokens);
+        matcher(w, &self.normalized_tokens);
+        match self.normalizer {
+            Normalizer::Identity => w.u8(0),
+            Normalizer::Nfc => w.u8(1),
+            Normalizer::SpacesToMeta { prepend } => {
+                w.u8(2);
+                w.bool(prepend);
+            }
+        }
+        match &self.pre_tokenizer {
+            PreTokenizer::ByteLevel(patterns) => {
+                w.u8(0);
+                w.len(patterns.len());
+                for p in patterns {
+                    p.write(w);
+                }
+            }
+            PreTokenizer::Metaspace(p) => {
+                w.u8(1);
+                w.u8(match p {
+                    Prepend::Always => 0,
+                    Prepend::First => 1,
+                    Prepend::Never => 2,
+                });
+            }
+            PreTokenizer::Whole => w.u8(2),
+        }
+        self.model.write(w);
+        w.option(self.cutter.as_ref(), |w, c| c.write(w));
+        w.str(&self.description);
+    }
+
+    /// Read a core [`NativeBpe::write_image`] wrote.
+    pub fn read_image(r: &mut Reader<'_>) -> ReadResult<Self> {
+        let raw_tokens = Matcher::read(r)?;
+        let normalized_tokens = Matcher::read(r)?;
+        let normalizer = match r.u8()? {
+            0 => Normalizer::Identity,
+            1 => Normalizer::Nfc,
+            2 => Normalizer::SpacesToMeta { prepend: r.bool()? },
+            n => return Err(format!("unknown normalizer {n}")),
+        };
+        let pre_tokenizer = match r.u8()? {
+            0 => {
+                let n = r.len(1)?;
+                PreTokenizer::ByteLevel(
+                    (0..n)
+                        .map(|_| Pattern::read(r))
+                        .collect::<ReadResult<_>>()?,
+                )
+            }
+            1 => PreTokenizer::Metaspace(match r.u8()? {
+                0 => Prepend::Always,
+                1 => Prepend::First,
+                2 => Prepend::Never,
+                p => return Err(format!("unknown prepend scheme {p}")),
+            }),
+            2 => PreTokenizer::Whole,
+            p => return Err(format!("unknown pre-tokenizer {p}")),
+        };
+        let model = BpeModel::read(r)?;
+        let cutter = r.option(WordCutter::read)?;
+        let description = r.str()?.to_string();
         unicode::warm_up();
         Ok(NativeBpe {
             raw_tokens,

@@ -11,6 +11,7 @@
 //! the tokenizer falls back to the `tokenizers` crate.
 
 use super::unicode::{self, CRLF, L, LOWERISH, M, N, P, S, UPPERISH, WS};
+use crate::text::image::{ReadResult, Reader, Writer};
 
 /// The cl100k-style pattern of Llama 3 (`\p{N}{1,3}`).
 pub const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -47,6 +48,44 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// Write the pattern into an image.
+    pub fn write(&self, w: &mut Writer) {
+        match *self {
+            Pattern::Cl100k { max_digits } => {
+                w.u8(0);
+                w.len(max_digits);
+            }
+            Pattern::O200k {
+                max_digits,
+                contractions,
+            } => {
+                w.u8(1);
+                w.len(max_digits);
+                w.bool(contractions);
+            }
+            Pattern::Digits3 => w.u8(2),
+            Pattern::CjkRuns => w.u8(3),
+            Pattern::DeepSeekWords => w.u8(4),
+        }
+    }
+
+    /// Read a pattern [`Pattern::write`] wrote.
+    pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
+        Ok(match r.u8()? {
+            0 => Pattern::Cl100k {
+                max_digits: r.len(0)?,
+            },
+            1 => Pattern::O200k {
+                max_digits: r.len(0)?,
+                contractions: r.bool()?,
+            },
+            2 => Pattern::Digits3,
+            3 => Pattern::CjkRuns,
+            4 => Pattern::DeepSeekWords,
+            p => return Err(format!("unknown split pattern {p}")),
+        })
+    }
+
     /// The scanner for a regex, if it is one of the known ones. Line breaks written as
     /// characters (DeepSeek's tokenizer.json has them so) mean what `\r` and `\n` mean.
     pub fn from_regex(regex: &str) -> Option<Self> {

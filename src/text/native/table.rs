@@ -6,6 +6,8 @@
 //! with the length in the last byte), compared with three integer comparisons, and kept in
 //! the slot itself: open addressing, linear probing, one miss per lookup.
 
+use crate::text::image::{ReadResult, Reader, Writer};
+
 /// The longest word a [`Key`] holds.
 pub const MAX_KEY_BYTES: usize = 23;
 
@@ -42,6 +44,15 @@ impl Key {
     #[inline]
     fn is_empty(&self) -> bool {
         self.0 == [0; 3]
+    }
+
+    /// The word this key holds.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut b = [0u8; 24];
+        for (i, w) in self.0.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b[..usize::from(b[23]).min(MAX_KEY_BYTES)].to_vec()
     }
 }
 
@@ -119,6 +130,51 @@ impl InlineMap {
         }
     }
 
+    /// The keys and values, in slot order.
+    pub fn entries(&self) -> impl Iterator<Item = (Key, u64)> + '_ {
+        self.slots.iter().copied().filter(|(k, _)| !k.is_empty())
+    }
+
+    /// Write the table: its size and its entries (not its empty slots), sorted, so that equal
+    /// tables write equal bytes whatever order their entries were inserted in.
+    pub fn write(&self, w: &mut Writer) {
+        w.len(self.slots.len());
+        let mut entries: Vec<(Key, u64)> = self.entries().collect();
+        entries.sort_unstable_by_key(|(k, v)| (k.0, *v));
+        let flat: Vec<u64> = entries
+            .into_iter()
+            .flat_map(|(k, v)| [k.0[0], k.0[1], k.0[2], v])
+            .collect();
+        w.u64s(&flat);
+    }
+
+    /// Read a table [`InlineMap::write`] wrote (its entries inserted again, into as many
+    /// slots as it had).
+    pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
+        let slots = r.u64()?;
+        let flat = r.u64s()?;
+        let len = flat.len() / 4;
+        let slots = usize::try_from(slots)
+            .ok()
+            .filter(|&n| n.is_power_of_two() && n >= 16 && len * 2 <= n && n <= 1 << 28)
+            .ok_or("an inline table has an impossible size")?;
+        if flat.len() % 4 != 0 {
+            return Err("an inline table has an impossible size".into());
+        }
+        let mut map = InlineMap {
+            slots: vec![(Key::default(), 0); slots],
+            len: 0,
+        };
+        for c in flat.chunks_exact(4) {
+            let key = Key([c[0], c[1], c[2]]);
+            if key.is_empty() {
+                return Err("an inline table has an empty key".into());
+            }
+            map.insert(key, c[3]);
+        }
+        Ok(map)
+    }
+
     /// Remove every entry, keeping the memory.
     pub fn clear(&mut self) {
         if self.len > 0 {
@@ -194,6 +250,64 @@ impl PairRanks {
             }
         }
         Some(map)
+    }
+
+    /// The highest rank in the table.
+    pub fn max_rank(&self) -> Option<u32> {
+        let mask = (1u64 << self.rank_bits) - 1;
+        self.slots
+            .iter()
+            .filter(|&&s| s != EMPTY)
+            .map(|&s| (s & mask) as u32)
+            .max()
+    }
+
+    /// Write the table: its layout and its entries (not its empty slots), sorted.
+    pub fn write(&self, w: &mut Writer) {
+        w.u32(self.id_bits);
+        w.u32(self.rank_bits);
+        w.len(self.slots.len());
+        let mut entries: Vec<u64> = self.slots.iter().copied().filter(|&s| s != EMPTY).collect();
+        entries.sort_unstable();
+        w.u64s(&entries);
+    }
+
+    /// Read a table [`PairRanks::write`] wrote (its entries inserted again, into as many slots
+    /// as it had).
+    pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
+        let (id_bits, rank_bits) = (r.u32()?, r.u32()?);
+        let slots = r.u64()?;
+        let entries = r.u64s()?;
+        let slots = usize::try_from(slots)
+            .ok()
+            .filter(|&n| n.is_power_of_two() && n > entries.len() && n <= 1 << 30);
+        let (Some(n), true) = (
+            slots,
+            id_bits > 0 && rank_bits > 0 && 2 * id_bits + rank_bits <= 63,
+        ) else {
+            return Err("a merge table has an impossible layout".into());
+        };
+        let mut map = PairRanks {
+            slots: vec![EMPTY; n],
+            id_bits,
+            rank_bits,
+        };
+        let mask = n - 1;
+        for &entry in &entries {
+            if entry == EMPTY || entry >> (2 * id_bits + rank_bits) != 0 {
+                return Err("a merge table has an impossible entry".into());
+            }
+            let key = entry >> rank_bits;
+            let mut i = Self::slot(key) & mask;
+            while map.slots[i] != EMPTY {
+                if map.slots[i] >> rank_bits == key {
+                    return Err("a merge table has a pair twice".into());
+                }
+                i = (i + 1) & mask;
+            }
+            map.slots[i] = entry;
+        }
+        Ok(map)
     }
 
     #[inline]

@@ -10,6 +10,8 @@
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 
+use crate::text::image::{ReadResult, Reader, Writer};
+
 /// `▁` (U+2581) in UTF-8.
 pub const META: &[u8] = "\u{2581}".as_bytes();
 
@@ -17,6 +19,8 @@ pub const META: &[u8] = "\u{2581}".as_bytes();
 pub struct WordCutter {
     /// The tokens holding a `▁` right after another character, if any.
     crossing: Option<AhoCorasick>,
+    /// Their texts (kept to write the cutter into an image).
+    crossing_texts: Vec<Vec<u8>>,
 }
 
 impl WordCutter {
@@ -35,17 +39,42 @@ impl WordCutter {
                 crossing.push(t);
             }
         }
-        let crossing = if crossing.is_empty() {
+        Self::crossing(crossing.into_iter().map(<[u8]>::to_vec).collect())
+    }
+
+    /// A cutter that keeps boundaries whole where one of `texts` spans them.
+    fn crossing(texts: Vec<Vec<u8>>) -> Option<Self> {
+        let crossing = if texts.is_empty() {
             None
         } else {
             Some(
                 AhoCorasickBuilder::new()
                     .match_kind(MatchKind::Standard)
-                    .build(&crossing)
+                    .build(&texts)
                     .ok()?,
             )
         };
-        Some(WordCutter { crossing })
+        Some(WordCutter {
+            crossing,
+            crossing_texts: texts,
+        })
+    }
+
+    /// Write the cutter (its automaton is built again when read).
+    pub fn write(&self, w: &mut Writer) {
+        w.len(self.crossing_texts.len());
+        for t in &self.crossing_texts {
+            w.bytes(t);
+        }
+    }
+
+    /// Read a cutter [`WordCutter::write`] wrote.
+    pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
+        let n = r.len(8)?;
+        let texts = (0..n)
+            .map(|_| r.bytes().map(<[u8]>::to_vec))
+            .collect::<ReadResult<Vec<_>>>()?;
+        Self::crossing(texts).ok_or_else(|| "cannot build the word cutter".to_string())
     }
 
     /// Call `emit` with the byte ranges of the words of `text`, in order.
