@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::encoder::{Encoder, LoadOptions, Route};
 use crate::error::{Error, Result};
-use crate::text::image::checksum_seeded;
+use crate::text::image::{checksum_reader, checksum_seeded};
 
 /// What [`Encoder::load_cached`] did with the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,13 +109,11 @@ fn cache_key(dir: &Path, options: &LoadOptions<'_>) -> Result<String> {
         format!("{:?}", crate::text::EncoderChoice::from_env()).as_bytes(),
     ]);
     for file in source_files(dir)? {
-        let content = std::fs::read(&file)
+        let sum = std::fs::File::open(&file)
+            .and_then(|f| checksum_reader(f, 1))
             .map_err(|e| Error::Load(format!("cannot read {}: {e}", file.display())))?;
         let name = file.strip_prefix(dir).unwrap_or(&file);
-        line(&[
-            name.to_string_lossy().as_bytes(),
-            &checksum_seeded(&content, 1).to_le_bytes(),
-        ]);
+        line(&[name.to_string_lossy().as_bytes(), &sum.to_le_bytes()]);
     }
     Ok(format!(
         "{:016x}{:016x}",

@@ -197,30 +197,85 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 
 /// [`checksum`] with its lanes started from `seed`: two seeds give two independent hashes.
 pub fn checksum_seeded(bytes: &[u8], seed: u64) -> u64 {
-    const K: [u64; 4] = [
-        0x9E37_79B9_7F4A_7C15,
-        0xC2B2_AE3D_27D4_EB4F,
-        0x1656_67B1_9E37_79F9,
-        0x85EB_CA77_C2B2_AE63,
-    ];
-    let mut lanes = [1u64, 2, 3, 4].map(|l| l ^ seed.wrapping_mul(K[3]));
-    let mut blocks = bytes.chunks_exact(32);
-    for block in &mut blocks {
-        for (i, lane) in lanes.iter_mut().enumerate() {
-            let w = u64::from_le_bytes(block[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-            *lane = (*lane ^ w).wrapping_mul(K[i]).rotate_left(31);
+    let mut sum = Checksum::new(seed);
+    sum.update(bytes);
+    sum.finish()
+}
+
+/// [`checksum_seeded`] of what `reader` yields, read in pieces (no buffer of its whole size).
+pub fn checksum_reader(mut reader: impl std::io::Read, seed: u64) -> std::io::Result<u64> {
+    let mut sum = Checksum::new(seed);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        // Fill the buffer, so that only the last piece has a partial block.
+        let mut filled = 0;
+        while filled < buf.len() {
+            match reader.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        sum.update(&buf[..filled]);
+        if filled < buf.len() {
+            return Ok(sum.finish());
         }
     }
-    let mut h = bytes.len() as u64;
-    for (i, lane) in lanes.iter().enumerate() {
-        h = (h ^ lane.wrapping_mul(K[i]))
-            .rotate_left(27)
-            .wrapping_mul(K[0]);
+}
+
+const K: [u64; 4] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xC2B2_AE3D_27D4_EB4F,
+    0x1656_67B1_9E37_79F9,
+    0x85EB_CA77_C2B2_AE63,
+];
+
+/// The checksum's state: four lanes over whole 32-byte blocks, and the bytes after the last
+/// whole block (only the last [`Checksum::update`] may leave some).
+struct Checksum {
+    lanes: [u64; 4],
+    len: u64,
+    tail: Vec<u8>,
+}
+
+impl Checksum {
+    fn new(seed: u64) -> Self {
+        Checksum {
+            lanes: [1u64, 2, 3, 4].map(|l| l ^ seed.wrapping_mul(K[3])),
+            len: 0,
+            tail: Vec::new(),
+        }
     }
-    for &b in blocks.remainder() {
-        h = (h ^ u64::from(b)).wrapping_mul(K[1]).rotate_left(23);
+
+    fn update(&mut self, bytes: &[u8]) {
+        debug_assert!(
+            self.tail.is_empty(),
+            "only the last piece may end inside a block"
+        );
+        self.len += bytes.len() as u64;
+        let mut blocks = bytes.chunks_exact(32);
+        for block in &mut blocks {
+            for (i, lane) in self.lanes.iter_mut().enumerate() {
+                let w = u64::from_le_bytes(block[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                *lane = (*lane ^ w).wrapping_mul(K[i]).rotate_left(31);
+            }
+        }
+        self.tail.extend_from_slice(blocks.remainder());
     }
-    h ^ (h >> 33)
+
+    fn finish(self) -> u64 {
+        let mut h = self.len;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            h = (h ^ lane.wrapping_mul(K[i]))
+                .rotate_left(27)
+                .wrapping_mul(K[0]);
+        }
+        for &b in &self.tail {
+            h = (h ^ u64::from(b)).wrapping_mul(K[1]).rotate_left(23);
+        }
+        h ^ (h >> 33)
+    }
 }
 
 #[cfg(test)]
@@ -276,5 +331,13 @@ mod tests {
             assert_ne!(checksum(&d), base, "byte {i}");
         }
         assert_ne!(checksum(&data[..999]), base);
+        assert_ne!(checksum_seeded(&data, 1), base);
+        let big: Vec<u8> = (0..(3 << 20) + 77u32)
+            .map(|i| (i * 31 % 253) as u8)
+            .collect();
+        assert_eq!(
+            checksum_reader(&big[..], 5).unwrap(),
+            checksum_seeded(&big, 5)
+        );
     }
 }
