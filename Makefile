@@ -169,7 +169,7 @@ bench-text-peers: develop
 	$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) benches/text_peers.py
 
-## Loading: from_pretrained, pickled size and unpickling per shared checkpoint, beside tokenizers' own load.
+## Loading: from_pretrained, the compiled cache (write, read), pickled size and unpickling per shared checkpoint, each in a fresh process.
 bench-load: develop
 	$(PY) benches/load.py
 
