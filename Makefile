@@ -17,7 +17,7 @@ WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-pairs bench-text-peers bench-load bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
+.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-pairs bench-text-peers bench-load bench-scaling bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
 
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -172,6 +172,10 @@ bench-text-peers: develop
 ## Loading: from_pretrained, the compiled cache (write, read), pickled size and unpickling per shared checkpoint, each in a fresh process.
 bench-load: develop
 	$(PY) benches/load.py
+
+## Scaling: encode_batch on 1 and 2 threads, and the peak memory of a batch per token.
+bench-scaling: develop
+	$(PY) benches/scaling.py
 
 ## Preference rows: TRL's three apply_chat_template calls per row against encode_preference(s).
 bench-pairs: develop
