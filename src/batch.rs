@@ -81,7 +81,7 @@ pub struct BatchOptions {
 
 /// Conversations per parallel task: large enough to amortise scheduling, small enough to
 /// balance uneven conversation lengths.
-const CHUNK: usize = 16;
+pub(crate) const CHUNK: usize = 16;
 
 /// One conversation of a batch: its messages, or the error the caller found converting it.
 pub trait BatchItem: Sync {

@@ -22,7 +22,7 @@
 
 use rayon::prelude::*;
 
-use crate::batch::{install, OnError};
+use crate::batch::{install, OnError, CHUNK};
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::error::{Error, Result, TemplateError};
 use crate::message::Message;
@@ -196,9 +196,6 @@ pub struct PairBatch {
     pub errors: Vec<(usize, TemplateError)>,
 }
 
-/// Rows per parallel task.
-const CHUNK: usize = 16;
-
 /// How [`encode_pair_batch`] runs: errors raised or collected, the threads, and whether a
 /// raised error names its row (not for a single pair).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -226,25 +223,33 @@ pub fn encode_pair_batch(
         num_threads,
         single,
     } = batch_options;
+    let encode_row = |row: &PairRow| -> std::result::Result<Pairs, Error> {
+        let (prompt, completions) = row.as_ref().map_err(|e| Error::Template(e.clone()))?;
+        if completions.len() != slots {
+            return Err(TemplateError::whole(format!(
+                "expected {slots} completion(s), got {}",
+                completions.len()
+            ))
+            .into());
+        }
+        let refs: Vec<&[Message]> = completions.iter().map(Vec::as_slice).collect();
+        encode_completions(encoder, prompt, &refs, names, options)
+    };
+    // A chunk stops at its first failure when failures are raised: the rows after it are not
+    // read (the first failure in row order is raised; the chunks before it have none).
     let work = || -> Vec<Vec<std::result::Result<Pairs, Error>>> {
         rows.par_chunks(CHUNK)
             .map(|chunk| {
-                chunk
-                    .iter()
-                    .map(|row| {
-                        let (prompt, completions) =
-                            row.as_ref().map_err(|e| Error::Template(e.clone()))?;
-                        if completions.len() != slots {
-                            return Err(TemplateError::whole(format!(
-                                "expected {slots} completion(s), got {}",
-                                completions.len()
-                            ))
-                            .into());
-                        }
-                        let refs: Vec<&[Message]> = completions.iter().map(Vec::as_slice).collect();
-                        encode_completions(encoder, prompt, &refs, names, options)
-                    })
-                    .collect()
+                let mut out = Vec::with_capacity(chunk.len());
+                for row in chunk {
+                    let result = encode_row(row);
+                    let failed = result.is_err();
+                    out.push(result);
+                    if failed && on_error == OnError::Raise {
+                        break;
+                    }
+                }
+                out
             })
             .collect()
     };

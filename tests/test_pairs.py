@@ -268,6 +268,13 @@ def test_errors_name_the_message_and_the_completion() -> None:
         model.enc.encode_pairs([PROMPT, PROMPT], [GOOD])
     with pytest.raises(ValueError, match="2 chosen but 1 rejected"):
         model.enc.encode_preferences([PROMPT, PROMPT], [GOOD, GOOD], [BAD])
+    # The first failing row in row order is raised, whether the later failures share its chunk
+    # of 16 rows or not.
+    tool = {"role": "tool", "content": "x"}
+    for failing in ([3, 5], [3, 40], [20, 17 * 16 + 1]):
+        chosen = [tool if i in failing else GOOD for i in range(300)]
+        with pytest.raises(chatids.ChatTemplateError, match=rf"^conversation {min(failing)}, message 2: \(chosen\)"):
+            model.enc.encode_preferences([PROMPT] * 300, chosen, [BAD] * 300)
     batch = model.enc.encode_preferences([PROMPT, [], PROMPT], [GOOD, GOOD, GOOD], [BAD, BAD, BAD], on_error="collect")
     assert set(batch.errors) == {1} and len(batch[1].prompt_ids) == 0 and len(batch[2].chosen_ids) > 0
     with pytest.raises(ValueError, match=r"1 rows were rejected \(row 1: "):
