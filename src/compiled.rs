@@ -123,13 +123,17 @@ fn cache_key(dir: &Path, options: &LoadOptions<'_>) -> Result<String> {
 }
 
 /// Write `bytes` to `path` through a temporary file in the same folder, renamed into place.
+/// The temporary name is unique to the process and the call, so that two writers (processes or
+/// threads) never share one.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}-{}.tmp",
         path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::write(&tmp, bytes)
         .and_then(|()| std::fs::rename(&tmp, path))

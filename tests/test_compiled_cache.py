@@ -156,3 +156,19 @@ def test_text_the_native_core_hands_back_is_encoded_after_a_cache_read(tmp_path:
     decomposed = [{"role": "user", "content": "cafe\u0301 nai\u0308ve \u212b"}]
     assert read.encode(decomposed).tolist() == loaded.encode(decomposed).tolist()
     assert read._core.tokenizer_json() == loaded._core.tokenizer_json()
+
+
+def test_loads_that_write_the_same_entry_at_once_leave_one_complete_entry(tmp_path: Path) -> None:
+    """Threads (and processes) that build the same entry together each write a temporary file of
+    their own and rename it into place: the entry is complete, and no temporary file is left."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = support.require_model_path("llama-2-7b-chat")
+    cache = tmp_path / "cache"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        loaded = list(pool.map(lambda _: chatids.Encoder.from_pretrained(path, cache_dir=cache), range(4)))
+    assert all(e.cache_use is not None and not e.cache_use.startswith("built;") for e in loaded)
+    assert [p.name for p in cache.iterdir()] == [entries(cache)[0].name]
+    read = chatids.Encoder.from_pretrained(path, cache_dir=cache)
+    assert read.cache_use.startswith("read from")
+    assert_same(loaded[0], read, {})
