@@ -96,6 +96,11 @@ pub(crate) struct CheckpointState {
 }
 
 impl CheckpointState {
+    /// The ids of the special added tokens.
+    pub(crate) fn special_token_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.added_tokens.iter().filter(|t| t.special).map(|t| t.id)
+    }
+
     /// The `format` the checkpoint was loaded with.
     pub(crate) fn format(&self) -> Option<&str> {
         self.format.as_deref()

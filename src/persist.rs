@@ -67,10 +67,10 @@ enum Header<C> {
 
 /// Rebuild the encoder of a transformers-route state: the format is chosen again from the
 /// same inputs, with the same result.
-fn rebuild(state: CheckpointState, tokenizer: Tokenizer) -> Result<Encoder> {
+fn rebuild(state: CheckpointState, tokenizer: LazyTokenizer) -> Result<Encoder> {
     let (format, allow_external) = (state.format().map(str::to_string), state.allow_external());
     Encoder::from_checkpoint_with(
-        state.to_checkpoint(crate::text::LazyTokenizer::built(tokenizer)),
+        state.to_checkpoint(tokenizer),
         format.as_deref(),
         allow_external,
     )
@@ -82,13 +82,10 @@ fn rebuild(state: CheckpointState, tokenizer: Tokenizer) -> Result<Encoder> {
 fn from_image(state: CheckpointState, payload: &[u8]) -> Result<Encoder> {
     let mut r = Reader::new(payload);
     let image = |e: String| invalid(format!("the tokenizer: {e}"));
-    let (format, allow_external) = (state.format().map(str::to_string), state.allow_external());
     let with_native = r.bool().map_err(image)?;
     if !with_native {
         let json = r.str().map_err(image)?;
-        let tokenizer = Tokenizer::from_bytes(json.as_bytes())
-            .map_err(|e| invalid(format!("the tokenizer: {e}")))?;
-        return rebuild(state, tokenizer);
+        return rebuild(state, tokenizer_from_json(json.as_bytes())?);
     }
     let json = r.bytes().map_err(image)?.to_vec();
     let native = NativeBpe::read_image(&mut r).map_err(image)?;
@@ -98,8 +95,9 @@ fn from_image(state: CheckpointState, payload: &[u8]) -> Result<Encoder> {
     }
     let tokenizer = LazyTokenizer::from_compressed_json(json, index);
     if EncoderChoice::from_env() != EncoderChoice::Auto {
-        return rebuild(state, tokenizer.get()?.clone());
+        return rebuild(state, tokenizer);
     }
+    let (format, allow_external) = (state.format().map(str::to_string), state.allow_external());
     let text = std::sync::Arc::new(Selected::from_native(tokenizer.clone(), native));
     Encoder::build_with_text(
         state.to_checkpoint(tokenizer),
@@ -107,6 +105,13 @@ fn from_image(state: CheckpointState, payload: &[u8]) -> Result<Encoder> {
         allow_external,
         text,
     )
+}
+
+/// A built tokenizer of a state's `tokenizer.json`.
+fn tokenizer_from_json(json: &[u8]) -> Result<LazyTokenizer> {
+    Tokenizer::from_bytes(json)
+        .map(LazyTokenizer::built)
+        .map_err(|e| invalid(format!("the tokenizer: {e}")))
 }
 
 fn invalid(what: impl std::fmt::Display) -> Error {
@@ -135,7 +140,7 @@ impl Encoder {
                 match text.native() {
                     Some(native) => {
                         image.u8(1);
-                        image.bytes(&text.lazy_tokenizer().compressed_json()?);
+                        image.bytes(text.lazy_tokenizer().compressed_json()?);
                         native.write_image(&mut image);
                         text.lazy_tokenizer().write_index(&mut image)?;
                     }
@@ -275,9 +280,7 @@ impl Encoder {
                 ..
             } => {
                 let encoder = if version == 1 {
-                    let tokenizer = Tokenizer::from_bytes(payload)
-                        .map_err(|e| invalid(format!("the tokenizer: {e}")))?;
-                    rebuild(checkpoint, tokenizer)?
+                    rebuild(checkpoint, tokenizer_from_json(payload)?)?
                 } else {
                     from_image(checkpoint, payload)?
                 };

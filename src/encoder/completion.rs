@@ -115,7 +115,9 @@ impl Encoder {
             .map(|&(_, id)| id)
             .collect();
         // Every special added token is a control token too, whether or not the template writes it.
-        control.extend(route.special_added_ids.iter().copied());
+        if let crate::origin::Origin::Checkpoint(state) = &self.origin {
+            control.extend(state.special_token_ids());
+        }
         control.extend(grammar.calls.markers());
         if let Some((open, close)) = grammar.reasoning {
             control.insert(open);

@@ -295,14 +295,7 @@ impl Encoder {
             );
             names
         });
-        let special_added_ids = checkpoint
-            .added_tokens
-            .iter()
-            .filter(|t| t.special)
-            .map(|t| t.id)
-            .collect();
         let route = TemplateRoute {
-            special_added_ids,
             token_splitter: TokenSplitter::new(&checkpoint.added_tokens),
             verified,
             template_args,

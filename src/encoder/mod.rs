@@ -138,8 +138,6 @@ struct TemplateRoute {
     control_tokens: ControlTokens,
     newline_ids: Vec<u32>,
     post_processor_bos: Option<u32>,
-    /// The ids of the special added tokens (control tokens of completions).
-    special_added_ids: Vec<u32>,
     checkpoint_note: Option<String>,
     template_fingerprint: String,
     /// The native format was verified against the checkpoint's template, which compiles: what

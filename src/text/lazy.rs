@@ -20,11 +20,21 @@ use crate::error::{Error, Result};
 pub struct LazyTokenizer(Arc<Inner>);
 
 struct Inner {
-    /// The tokenizer's JSON compressed with zstd, when it is built on first use.
-    json: Option<Vec<u8>>,
     built: OnceLock<std::result::Result<Tokenizer, String>>,
-    /// Answers lookups while the tokenizer is not built.
-    index: Option<TokenIndex>,
+    /// The tokenizer's JSON compressed with zstd: given when the tokenizer is built on first
+    /// use, else made the first time a state is written (and kept for the next ones).
+    json: OnceLock<Vec<u8>>,
+    /// Answers lookups while the tokenizer is not built: given with the JSON, else made the
+    /// first time a state is written.
+    index: OnceLock<TokenIndex>,
+}
+
+/// What answers a lookup: the built tokenizer, or the index while it is not built.
+enum Lookup<'a> {
+    Crate(&'a Tokenizer),
+    Index(&'a TokenIndex),
+    /// The tokenizer cannot be built (its error is raised where the tokenizer is needed).
+    Unavailable,
 }
 
 impl LazyTokenizer {
@@ -33,9 +43,9 @@ impl LazyTokenizer {
         let built = OnceLock::new();
         let _ = built.set(Ok(tokenizer));
         LazyTokenizer(Arc::new(Inner {
-            json: None,
             built,
-            index: None,
+            json: OnceLock::new(),
+            index: OnceLock::new(),
         }))
     }
 
@@ -43,17 +53,27 @@ impl LazyTokenizer {
     /// [`LazyTokenizer::compressed_json`]); `index` answers lookups until then.
     pub fn from_compressed_json(json: Vec<u8>, index: TokenIndex) -> Self {
         LazyTokenizer(Arc::new(Inner {
-            json: Some(json),
             built: OnceLock::new(),
-            index: Some(index),
+            json: OnceLock::from(json),
+            index: OnceLock::from(index),
         }))
+    }
+
+    /// The tokenizer's JSON decompressed, when it is at hand.
+    fn decompressed_json(&self) -> Option<std::result::Result<Vec<u8>, String>> {
+        let json = self.0.json.get()?;
+        Some(
+            zstd::decode_all(json.as_slice())
+                .map_err(|e| format!("cannot decompress its JSON: {e}")),
+        )
     }
 
     /// The tokenizer, built now if it was not.
     pub fn get(&self) -> Result<&Tokenizer> {
         let built = self.0.built.get_or_init(|| {
-            let json = zstd::decode_all(self.0.json.as_deref().unwrap_or_default())
-                .map_err(|e| format!("cannot decompress its JSON: {e}"))?;
+            let json = self
+                .decompressed_json()
+                .unwrap_or_else(|| Err("it has no JSON".into()))?;
             Tokenizer::from_bytes(&json).map_err(|e| e.to_string())
         });
         built
@@ -66,47 +86,53 @@ impl LazyTokenizer {
         matches!(self.0.built.get(), Some(Ok(_)))
     }
 
-    fn ready(&self) -> Option<&Tokenizer> {
-        match (self.0.built.get(), &self.0.index) {
-            (Some(Ok(t)), _) => Some(t),
-            (_, Some(_)) => None,
-            _ => self.get().ok(),
+    /// The built tokenizer if it is, else the index if there is one, else the tokenizer built
+    /// now.
+    fn lookup(&self) -> Lookup<'_> {
+        if let Some(Ok(t)) = self.0.built.get() {
+            return Lookup::Crate(t);
         }
+        if let Some(index) = self.0.index.get() {
+            return Lookup::Index(index);
+        }
+        self.get().map_or(Lookup::Unavailable, Lookup::Crate)
     }
 
     /// The id of a token's text (an added token's first), as the crate's `token_to_id`.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        match (self.ready(), &self.0.index) {
-            (Some(t), _) => t.token_to_id(token),
-            (None, Some(index)) => index.token_to_id(token),
-            (None, None) => None,
+        match self.lookup() {
+            Lookup::Crate(t) => t.token_to_id(token),
+            Lookup::Index(index) => index.token_to_id(token),
+            Lookup::Unavailable => None,
         }
     }
 
     /// The text of a token id (an added token's first), as the crate's `id_to_token`.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        match (self.ready(), &self.0.index) {
-            (Some(t), _) => t.id_to_token(id),
-            (None, Some(index)) => index.id_to_token(id).map(str::to_string),
-            (None, None) => None,
+        match self.lookup() {
+            Lookup::Crate(t) => t.id_to_token(id),
+            Lookup::Index(index) => index.id_to_token(id).map(str::to_string),
+            Lookup::Unavailable => None,
         }
     }
 
     /// The first id of `"x"` encoded with the post-processor (its BOS, when it adds one).
     pub fn first_id_with_specials(&self) -> Option<u32> {
-        match (self.ready(), &self.0.index) {
-            (Some(t), _) => first_id_with_specials(t),
-            (None, Some(index)) => index.first_id_with_specials,
-            (None, None) => None,
+        match self.lookup() {
+            Lookup::Crate(t) => first_id_with_specials(t),
+            Lookup::Index(index) => index.first_id_with_specials,
+            Lookup::Unavailable => None,
         }
     }
 
     /// Write the lookup index of the tokenizer ([`TokenIndex`]): its own, or one made from the
-    /// built tokenizer.
+    /// built tokenizer (and kept).
     pub fn write_index(&self, w: &mut Writer) -> Result<()> {
-        match &self.0.index {
-            Some(index) => index.write(w),
-            None => TokenIndex::new(self.get()?).write(w),
+        if self.0.index.get().is_none() {
+            let _ = self.0.index.set(TokenIndex::new(self.get()?));
+        }
+        if let Some(index) = self.0.index.get() {
+            index.write(w);
         }
         Ok(())
     }
@@ -114,10 +140,8 @@ impl LazyTokenizer {
     /// The tokenizer serialized as JSON (the crate's `to_string`), without building it when
     /// its JSON is at hand.
     pub fn to_json(&self) -> Result<String> {
-        if let (Some(json), None) = (&self.0.json, self.0.built.get()) {
-            let json = zstd::decode_all(json.as_slice())
-                .map_err(|e| Error::Tokenizer(format!("cannot decompress its JSON: {e}")))?;
-            return String::from_utf8(json)
+        if let Some(json) = self.decompressed_json() {
+            return String::from_utf8(json.map_err(Error::Tokenizer)?)
                 .map_err(|e| Error::Tokenizer(format!("its JSON is not UTF-8: {e}")));
         }
         self.get()?
@@ -125,14 +149,16 @@ impl LazyTokenizer {
             .map_err(|e| Error::Tokenizer(format!("cannot serialize the tokenizer: {e}")))
     }
 
-    /// [`LazyTokenizer::to_json`] compressed with zstd (kept as it is when the tokenizer was
-    /// read that way).
-    pub fn compressed_json(&self) -> Result<Vec<u8>> {
-        if let Some(json) = &self.0.json {
-            return Ok(json.clone());
+    /// [`LazyTokenizer::to_json`] compressed with zstd: the one the tokenizer was read with, or
+    /// made now (and kept).
+    pub fn compressed_json(&self) -> Result<&[u8]> {
+        if self.0.json.get().is_none() {
+            let packed = zstd::encode_all(self.to_json()?.as_bytes(), 3).map_err(|e| {
+                Error::Tokenizer(format!("cannot compress the tokenizer's JSON: {e}"))
+            })?;
+            let _ = self.0.json.set(packed);
         }
-        zstd::encode_all(self.to_json()?.as_bytes(), 3)
-            .map_err(|e| Error::Tokenizer(format!("cannot compress the tokenizer's JSON: {e}")))
+        Ok(self.0.json.get().map(Vec::as_slice).unwrap_or_default())
     }
 }
 
@@ -168,15 +194,16 @@ impl TokenIndex {
             .into_iter()
             .map(|(id, t)| (id, t.content))
             .collect();
-        let mut added = FxHashMap::default();
-        for (&id, content) in &added_by_id {
-            // The crate maps each content to one id; take the same one it returns.
-            if let Some(crate_id) = tokenizer.token_to_id(content) {
-                added.insert(content.clone(), crate_id);
-            } else {
-                added.insert(content.clone(), id);
-            }
-        }
+        // The crate maps each content to one id; take the same one it returns.
+        let added = added_by_id
+            .iter()
+            .map(|(&id, content)| {
+                (
+                    content.clone(),
+                    tokenizer.token_to_id(content).unwrap_or(id),
+                )
+            })
+            .collect();
         let mut model: Vec<(String, u32)> = tokenizer.get_model().get_vocab().into_iter().collect();
         model.sort_unstable_by_key(|(_, id)| *id);
         let mut texts = Vec::new();
@@ -187,34 +214,41 @@ impl TokenIndex {
             starts.push(texts.len() as u32);
             ids.push(*id);
         }
-        let mut index = TokenIndex {
+        let text = |e: u32| &texts[starts[e as usize] as usize..starts[e as usize + 1] as usize];
+        let mut by_text: Vec<u32> = (0..ids.len() as u32).collect();
+        by_text.sort_unstable_by(|&a, &b| text(a).cmp(text(b)));
+        Self::from_parts(
+            added,
+            added_by_id,
+            (texts, starts, ids, by_text),
+            first_id_with_specials(tokenizer),
+        )
+    }
+
+    /// The index of its parts (`model`: texts, starts, ids, entries by text); the entry of each
+    /// id is derived.
+    fn from_parts(
+        added: FxHashMap<String, u32>,
+        added_by_id: FxHashMap<u32, String>,
+        model: (Vec<u8>, Vec<u32>, Vec<u32>, Vec<u32>),
+        first_id_with_specials: Option<u32>,
+    ) -> Self {
+        let (texts, starts, ids, by_text) = model;
+        let max = ids.iter().copied().max().map_or(0, |m| m as usize + 1);
+        let mut by_id = vec![u32::MAX; max];
+        for (entry, &id) in ids.iter().enumerate() {
+            by_id[id as usize] = entry as u32;
+        }
+        TokenIndex {
             added,
             added_by_id,
             texts,
             starts,
             ids,
-            by_text: Vec::new(),
-            by_id: Vec::new(),
-            first_id_with_specials: first_id_with_specials(tokenizer),
-        };
-        index.sort();
-        index
-    }
-
-    fn sort(&mut self) {
-        let mut by_text: Vec<u32> = (0..self.ids.len() as u32).collect();
-        by_text.sort_unstable_by(|&a, &b| self.text(a).cmp(self.text(b)));
-        self.by_text = by_text;
-        self.index_ids();
-    }
-
-    fn index_ids(&mut self) {
-        let max = self.ids.iter().copied().max().map_or(0, |m| m as usize + 1);
-        let mut by_id = vec![u32::MAX; max];
-        for (entry, &id) in self.ids.iter().enumerate() {
-            by_id[id as usize] = entry as u32;
+            by_text,
+            by_id,
+            first_id_with_specials,
         }
-        self.by_id = by_id;
     }
 
     fn text(&self, entry: u32) -> &[u8] {
@@ -297,17 +331,11 @@ impl TokenIndex {
         if !well_formed {
             return Err("the token index has impossible offsets".into());
         }
-        let mut index = TokenIndex {
+        Ok(Self::from_parts(
             added,
             added_by_id,
-            texts,
-            starts,
-            ids,
-            by_text,
-            by_id: Vec::new(),
+            (texts, starts, ids, by_text),
             first_id_with_specials,
-        };
-        index.index_ids();
-        Ok(index)
+        ))
     }
 }

@@ -154,8 +154,28 @@ impl NativeBpe {
                 "SentencePiece-style BPE (spaces to ▁ by the normalizer)".to_string()
             }
         };
+        Ok(Self::assemble(
+            [raw_tokens, normalized_tokens],
+            normalizer,
+            pre_tokenizer,
+            model,
+            cutter,
+            description,
+        ))
+    }
+
+    /// The core of its stages, with word caches of its own (a fresh cache key) and the Unicode
+    /// tables its scanners read warmed up.
+    fn assemble(
+        [raw_tokens, normalized_tokens]: [Option<Matcher>; 2],
+        normalizer: Normalizer,
+        pre_tokenizer: PreTokenizer,
+        model: BpeModel,
+        cutter: Option<WordCutter>,
+        description: String,
+    ) -> Self {
         unicode::warm_up();
-        Ok(NativeBpe {
+        NativeBpe {
             raw_tokens,
             normalized_tokens,
             normalizer,
@@ -164,7 +184,7 @@ impl NativeBpe {
             cutter,
             cache_key: NEXT_CACHE_KEY.fetch_add(1, Ordering::Relaxed),
             description,
-        })
+        }
     }
 
     /// Write the built core (see [`crate::text::image`]): [`NativeBpe::read_image`] gives it
@@ -238,17 +258,14 @@ impl NativeBpe {
         let model = BpeModel::read(r)?;
         let cutter = r.option(WordCutter::read)?;
         let description = r.str()?.to_string();
-        unicode::warm_up();
-        Ok(NativeBpe {
-            raw_tokens,
-            normalized_tokens,
+        Ok(Self::assemble(
+            [raw_tokens, normalized_tokens],
             normalizer,
             pre_tokenizer,
             model,
             cutter,
-            cache_key: NEXT_CACHE_KEY.fetch_add(1, Ordering::Relaxed),
             description,
-        })
+        ))
     }
 
     /// What runs, in a few words (for `Encoder::explain`).
