@@ -11,6 +11,8 @@
 //!    SentencePiece-style texts are cut into independently mergeable words ([`words`]);
 //! 4. the BPE model ([`bpe`]), behind a per-thread word cache ([`cache`]).
 //!
+//! Whole texts seen before come from a cache of the model's ([`texts`]).
+//!
 //! [`NativeBpe::from_tokenizer`] reads the tokenizer's own serialization and accepts only
 //! configurations it reproduces exactly; for anything else it says why, and the `tokenizers`
 //! crate runs instead ([`super::Selected`]). The differential tests compare the two on every
@@ -21,6 +23,7 @@ pub mod bpe;
 mod cache;
 pub mod split;
 mod table;
+mod texts;
 pub mod unicode;
 pub mod words;
 
@@ -80,6 +83,8 @@ pub struct NativeBpe {
     cutter: Option<WordCutter>,
     /// This model's word caches (one per thread).
     cache_key: u64,
+    /// Whole texts encoded before.
+    texts: texts::TextCache,
     description: String,
 }
 
@@ -183,6 +188,7 @@ impl NativeBpe {
             model,
             cutter,
             cache_key: NEXT_CACHE_KEY.fetch_add(1, Ordering::Relaxed),
+            texts: texts::TextCache::from_env(),
             description,
         }
     }
@@ -284,7 +290,9 @@ impl NativeBpe {
 
     /// Append the ids of `text` (which [`NativeBpe::handles`]).
     pub fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) {
-        self.run(text, options, Out { ids, starts: None });
+        self.texts.encode(text, options, ids, |ids| {
+            self.run(text, options, Out { ids, starts: None })
+        });
     }
 
     /// Append the ids of `text` and where each token starts in it (byte offsets).
