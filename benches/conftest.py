@@ -16,6 +16,10 @@ from pathlib import Path
 
 os.environ["TOKENIZERS_PARALLELISM"] = "true"  # encode_batch_fast uses every core, as chatids does
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Every round encodes the same conversations again; the native core's cache of whole texts would
+# answer all of them from the second round on, which no training pass does. Off (its own
+# measurement is benches/text_peers.py's warm pass).
+os.environ.setdefault("CHATIDS_TEXT_CACHE_MB", "0")
 
 import pytest
 

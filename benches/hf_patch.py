@@ -22,6 +22,10 @@ import time
 from pathlib import Path
 
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
+# Every round encodes the same conversations again; the native core's cache of whole texts would
+# answer all of them from the second round on, which no training pass does. Off (its own
+# measurement is benches/text_peers.py's warm pass).
+os.environ.setdefault("CHATIDS_TEXT_CACHE_MB", "0")
 
 MODELS = ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "llama-2-7b-chat", "gemma-3-it", "mistral-nemo-instruct-2407", "gpt-oss-120b"]
 

@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
+# Every round encodes the same conversations again; the native core's cache of whole texts would
+# answer all of them from the second round on, which no training pass does. Off (its own
+# measurement is benches/text_peers.py's warm pass).
+os.environ.setdefault("CHATIDS_TEXT_CACHE_MB", "0")
 
 MODELS = ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "llama-2-7b-chat", "gemma-3-it"]
 FILES = ["dpo_en_chosen.jsonl", "hh_rlhf_harmless_base_test.jsonl", "kto_mix_en_300.jsonl"]

@@ -30,6 +30,10 @@ from pathlib import Path
 
 MODELS = ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "gemma-3-it", "llama-2-7b-chat"]
 
+# Every run encodes the same conversations again; the native core's cache of whole texts would
+# answer them from the second run on, and its memory is not the batch's. Off.
+os.environ.setdefault("CHATIDS_TEXT_CACHE_MB", "0")
+
 CHILD = """
 import json, sys
 sys.path.insert(0, {benches!r})

@@ -5,7 +5,10 @@ Every message content of the shared corpus (about 45,000 texts), each text encod
 same encoders ("warm": the texts seen before, as system prompts, few-shot blocks and tool schemas
 are in serving). The peers: the ``tokenizers`` package (the reference of the ids), fastokens,
 gigatoken, and tiktoken where the tokenizer is a byte-level BPE with a tiktoken pattern (Llama
-3.1, Qwen2.5; its ranks are built here from ``tokenizer.json``). Each peer's ids are compared with
+3.1, Qwen2.5; its ranks are built here from ``tokenizer.json``). Each encoder gets one Python call
+per text; "(one call)" rows give all the texts in one call instead: chatids' ``_encode_texts``,
+which counts the tokens without returning them, and the peers' batch calls on one thread, which
+return them as flat buffers (fastokens' ``encode_batch_flat``, gigatoken's ``encode_batch``). Each peer's ids are compared with
 the ``tokenizers`` package's on every text first; the table counts the texts that differ.
 
 CPU time is ``time.process_time()`` (every thread of the process), so an encoder that spreads one
@@ -30,6 +33,8 @@ from typing import Any, Callable, Optional
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# numpy's OpenBLAS threads spin on another core after import, and CPU time would count them.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 MODELS = ["llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "llama-2-7b-chat", "gemma-3-it"]
 
@@ -95,7 +100,12 @@ def encoders(name: str, path: Path) -> dict[str, Callable[[], Callable[[list[str
             tok = fastokens.Tokenizer.from_file(str(file))
             return lambda texts: [tok.encode(t, add_special_tokens=False).ids for t in texts]
 
+        def fast_batch() -> Callable[[list[str]], list[list[int]]]:
+            tok = fastokens.Tokenizer.from_file(str(file))
+            return lambda texts: tok.encode_batch_flat(texts, add_special_tokens=False)
+
         out["fastokens"] = fast
+        out["fastokens (one call)"] = fast_batch
     except ImportError:
         pass
     try:
@@ -105,7 +115,12 @@ def encoders(name: str, path: Path) -> dict[str, Callable[[], Callable[[list[str
             tok = gigatoken.Tokenizer(str(file))
             return lambda texts: [list(tok.encode(t)) for t in texts]
 
+        def giga_batch() -> Callable[[list[str]], list[list[int]]]:
+            tok = gigatoken.Tokenizer(str(file))
+            return lambda texts: tok.encode_batch(texts, parallel=False)
+
         out["gigatoken"] = giga
+        out["gigatoken (one call)"] = giga_batch
     except ImportError:
         pass
     if name in TIKTOKEN_PATTERNS:
@@ -120,6 +135,20 @@ def encoders(name: str, path: Path) -> dict[str, Callable[[], Callable[[list[str
         except ImportError:
             pass
     return out
+
+
+def as_lists(result: Any) -> list[list[int]]:
+    """The ids of a batch call as lists: fastokens' flat buffers (ids, offsets), gigatoken's
+    awkward array, or lists already."""
+    if isinstance(result, tuple):
+        import numpy as np
+
+        ids = np.frombuffer(result[0], np.uint32)
+        offsets = np.frombuffer(result[1], np.uint64)
+        return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+    if hasattr(result, "tolist"):
+        return result.tolist()
+    return result
 
 
 def cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -148,7 +177,7 @@ def main() -> int:
         for enc_name, build in builders.items():
             if enc_name in ("tokenizers", "chatids (one call)"):
                 continue
-            ids = build()(texts)
+            ids = as_lists(build()(texts))
             differing[enc_name] = sum(1 for a, b in zip(ids, reference) if list(a) != list(b))
         cold: dict[str, list[float]] = {n: [] for n in builders}
         warm: dict[str, list[float]] = {n: [] for n in builders}

@@ -223,7 +223,10 @@ mod tests {
         for t in &texts {
             run(&cache, t, OPTIONS, &[1; 4]);
         }
-        assert!(cache.shards.iter().all(|s| !s.lock().unwrap().old.is_empty()));
+        assert!(cache
+            .shards
+            .iter()
+            .all(|s| !s.lock().unwrap().old.is_empty()));
         let text = "a text first seen when the cache is full, and then seen again, and again";
         assert!(run(&cache, text, OPTIONS, &[9]));
         assert!(run(&cache, text, OPTIONS, &[9]), "admitted now");
