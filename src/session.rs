@@ -23,6 +23,7 @@ use crate::error::{Result, TemplateError};
 use crate::message::Message;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::{Piece, PieceKind};
+use crate::render::jinja::RenderMemo;
 
 /// What an append does when the template changes ids the session already holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,22 +151,31 @@ fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
 #[derive(Debug, Clone)]
 pub struct Session {
     options: EncodeOptions,
+    /// `options` with the generation prompt (kept, not rebuilt: they hold the tools).
+    prompt_options: EncodeOptions,
     on_rewrite: OnRewrite,
     messages: Vec<Message>,
     ids: Vec<u32>,
     layout: Layout,
+    /// What the Jinja path keeps between renders of this conversation.
+    memo: RenderMemo,
 }
 
 impl Session {
     /// An empty session. `options` are those of every render (its `add_generation_prompt` and
     /// `continue_final_message` are ignored: [`Session::generation_prompt`] adds the prompt).
     pub fn new(options: EncodeOptions, on_rewrite: OnRewrite) -> Self {
+        let options = EncodeOptions {
+            add_generation_prompt: false,
+            continue_final_message: false,
+            ..options
+        };
         Session {
-            options: EncodeOptions {
-                add_generation_prompt: false,
-                continue_final_message: false,
-                ..options
+            prompt_options: EncodeOptions {
+                add_generation_prompt: true,
+                ..options.clone()
             },
+            options,
             on_rewrite,
             messages: Vec::new(),
             ids: Vec::new(),
@@ -173,6 +183,7 @@ impl Session {
                 boundaries: vec![(0, 0)],
                 ..Layout::default()
             },
+            memo: RenderMemo::default(),
         }
     }
 
@@ -194,24 +205,29 @@ impl Session {
     /// Plan the encoding of `messages` (the session's, extended) with or without the
     /// generation prompt.
     fn plan(&self, encoder: &Encoder, messages: &[Message], agp: bool) -> Result<Plan> {
-        let options = EncodeOptions {
-            add_generation_prompt: agp,
-            ..self.options.clone()
+        let options = if agp {
+            &self.prompt_options
+        } else {
+            &self.options
         };
-        let planned =
-            encoder.with_rendered_pieces(messages, &options, false, |pieces, pe, splitter| {
+        let planned = encoder.with_rendered_pieces(
+            messages,
+            options,
+            Some(&self.memo),
+            |pieces, pe, splitter| {
                 let pieces = splitter.split(pieces.as_slice());
                 let shared = self.layout.shared_pieces(&pieces);
                 let (from, keep) = self.layout.boundary_within(shared);
                 let mut layout = layout_of(&pieces, &self.layout, from);
                 let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
                 Ok(Plan { keep, tail, layout })
-            })?;
+            },
+        )?;
         match planned {
             Some(plan) => Ok(plan),
             None => {
                 // mistral-common: the whole conversation, compared id by id.
-                let tail = encoder.encode(messages, &options)?;
+                let tail = encoder.encode(messages, options)?;
                 Ok(Plan {
                     keep: 0,
                     tail,
@@ -323,7 +339,7 @@ impl Session {
         let last = completion.last().copied();
         let ends_with_stop = last.is_some_and(|id| stops.contains(&id));
         let prompt_layout = &prompt.layout;
-        let planned = encoder.with_rendered_pieces(&messages, &self.options, false, |pieces, pe, splitter| {
+        let planned = encoder.with_rendered_pieces(&messages, &self.options, Some(&self.memo), |pieces, pe, splitter| {
             let split = splitter.split(pieces.as_slice());
             let slice = split.as_slice();
             // The render with the turn shares the prompt's pieces up to the turn's text at

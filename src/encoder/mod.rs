@@ -13,7 +13,7 @@ use crate::mistral_common::MistralCommon;
 use crate::origin::Origin;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::Pieces;
-use crate::render::jinja::{JinjaFormat, JinjaRequest};
+use crate::render::jinja::{JinjaFormat, JinjaRequest, RenderMemo};
 use crate::render::native::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::render::probes::{self, ProbeReport};
 use crate::template::ChatTemplate;
@@ -400,13 +400,14 @@ impl Encoder {
     }
 
     /// Render `messages` and hand the pieces, with the encoder of this checkpoint's pieces, to
-    /// `f` (what [`crate::session`] builds on). `None` on the mistral-common route, which has
-    /// no piece stream.
+    /// `f` (what [`crate::session`] builds on); `memo` keeps conversions between renders of
+    /// one conversation on the Jinja path. `None` on the mistral-common route, which has no
+    /// piece stream.
     pub(crate) fn with_rendered_pieces<R>(
         &self,
         messages: &[Message],
         options: &EncodeOptions,
-        provenance: bool,
+        memo: Option<&RenderMemo>,
         f: impl FnOnce(&Pieces<'_>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
     ) -> Result<Option<R>> {
         let Backend::Template(t) = &self.backend else {
@@ -417,8 +418,11 @@ impl Encoder {
             self.unknown_template_args,
             messages,
             options,
-            options.sanitize_control_tokens,
-            provenance,
+            render::RenderMode {
+                sanitize: options.sanitize_control_tokens,
+                provenance: false,
+                memo,
+            },
             |pieces| f(pieces, &encoder, &t.token_splitter),
         )
         .map(Some)

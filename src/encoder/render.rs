@@ -6,6 +6,17 @@
 use super::*;
 use crate::input;
 
+/// How one render runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RenderMode<'m> {
+    /// Mark control tokens in caller text, which the encoder then encodes as text.
+    pub sanitize: bool,
+    /// Locate message texts in the rendered prompt (a second render on the Jinja path).
+    pub provenance: bool,
+    /// Conversions kept from earlier renders of the same conversation (a session's).
+    pub memo: Option<&'m RenderMemo>,
+}
+
 impl TemplateRoute {
     /// The template-argument rule: an argument the template does not read raises, naming it
     /// and the arguments the template reads, or with [`ArgsPolicy::Ignore`] is left out
@@ -78,12 +89,11 @@ impl TemplateRoute {
         &'a self,
         messages: &'a [Message],
         options: &'a EncodeOptions,
-        sanitize: bool,
-        provenance: bool,
+        mode: RenderMode<'_>,
     ) -> Result<Pieces<'a>, TemplateError> {
         match &self.renderer {
             Renderer::Native(_) if self.verified && tools::uses_tools(messages, &options.kwargs) => {
-                self.delegated_pieces(messages, options, sanitize, provenance, "uses tools")
+                self.delegated_pieces(messages, options, mode, "uses tools")
             }
             Renderer::Native(format) => {
                 let request = RenderRequest {
@@ -104,7 +114,7 @@ impl TemplateRoute {
                         } else {
                             "breaks a rule of the template"
                         };
-                        self.delegated_pieces(messages, options, sanitize, provenance, why)
+                        self.delegated_pieces(messages, options, mode, why)
                             .map_err(|mut template_error| match e.refusal {
                                 // The native copy of the template's rule names the message.
                                 Refusal::TemplateRaises => e,
@@ -130,7 +140,7 @@ impl TemplateRoute {
                         "system= applies to native formats; the Jinja path renders the template as it is",
                     ));
                 }
-                self.jinja_pieces(jinja, messages, options, sanitize, provenance)
+                self.jinja_pieces(jinja, messages, options, mode)
             }
             Renderer::External { reason } => Err(TemplateError::whole(format!(
                 "chatids' Jinja engine cannot compile this template ({reason}); render it in Python \
@@ -145,8 +155,7 @@ impl TemplateRoute {
         &'a self,
         messages: &'a [Message],
         options: &'a EncodeOptions,
-        sanitize: bool,
-        provenance: bool,
+        mode: RenderMode<'_>,
         why: &str,
     ) -> Result<Pieces<'a>, TemplateError> {
         let jinja = self
@@ -159,7 +168,7 @@ impl TemplateRoute {
                  template renders it as it is"
             )));
         }
-        self.jinja_pieces(jinja, messages, options, sanitize, provenance)
+        self.jinja_pieces(jinja, messages, options, mode)
     }
 
     /// Render `messages` with the checkpoint's template on the Jinja path.
@@ -168,13 +177,18 @@ impl TemplateRoute {
         jinja: &'a JinjaFormat,
         messages: &'a [Message],
         options: &'a EncodeOptions,
-        sanitize: bool,
-        provenance: bool,
+        mode: RenderMode<'_>,
     ) -> Result<Pieces<'a>, TemplateError> {
+        let RenderMode {
+            sanitize,
+            provenance,
+            memo,
+        } = mode;
         let request = JinjaRequest {
             add_generation_prompt: options.add_generation_prompt,
             kwargs: &options.kwargs,
             now: options.now,
+            memo,
         };
         // Template text next to a message text could complete a partial control token at its
         // edge (`x<|eot` + `_id|>`); the encoder sanitizes such tokens only where it knows the
@@ -215,7 +229,7 @@ impl TemplateRoute {
         messages: &[Message],
         options: &EncodeOptions,
     ) -> Result<String> {
-        self.with_pieces(policy, messages, options, false, false, |pieces| {
+        self.with_pieces(policy, messages, options, RenderMode::default(), |pieces| {
             Ok(pieces.render())
         })
     }
@@ -235,8 +249,11 @@ impl TemplateRoute {
             policy,
             messages,
             options,
-            options.sanitize_control_tokens,
-            provenance,
+            RenderMode {
+                sanitize: options.sanitize_control_tokens,
+                provenance,
+                memo: None,
+            },
             |pieces| encoder.encode(pieces.as_slice(), tracking, out),
         )
     }
@@ -246,14 +263,13 @@ impl TemplateRoute {
         policy: ArgsPolicy,
         messages: &[Message],
         options: &EncodeOptions,
-        sanitize: bool,
-        provenance: bool,
+        mode: RenderMode<'_>,
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
         let kwargs = self.check_args(&options.kwargs, policy)?;
         let prepared = input::prepare(messages, options, kwargs)?;
         let mut pieces = self
-            .render_pieces(&prepared.messages, &prepared.options, sanitize, provenance)
+            .render_pieces(&prepared.messages, &prepared.options, mode)
             .map_err(|e| prepared.error(e))?;
         prepared.finish(&mut pieces)?;
         f(&pieces)

@@ -25,7 +25,7 @@ use crate::control_tokens::ControlTokens;
 use crate::error::TemplateError;
 use crate::message::{Content, ContentPart, Message};
 use crate::pieces::Pieces;
-use crate::template::{ChatTemplate, DateTime, RenderError};
+use crate::template::{ChatTemplate, Data, DateTime, JsonMemo, RenderError};
 
 /// The time the probes' (and the generation-prompt detection's) `strftime_now()` returns (any fixed date that is not a template's
 /// hard-coded default).
@@ -57,12 +57,44 @@ pub struct JinjaRequest<'a> {
     pub kwargs: &'a crate::render::native::TemplateArgs,
     /// What `strftime_now()` returns; `None` makes a template that reads the clock fail.
     pub now: Option<DateTime>,
+    /// Conversions kept from earlier renders of the same conversation (a session's).
+    pub memo: Option<&'a RenderMemo>,
+}
+
+/// What renders of one growing conversation share (a [`crate::session::Session`] keeps one):
+/// each message converted into the template's values once, the template arguments converted
+/// once, and the JSON `tojson` wrote ([`JsonMemo`]). A message is recognized by its
+/// caller-given dict ([`Message::raw`], shared, never modified); messages without one are
+/// converted on every render.
+#[derive(Debug, Default)]
+pub struct RenderMemo {
+    state: std::sync::Mutex<MemoState>,
+}
+
+#[derive(Debug, Default)]
+struct MemoState {
+    /// Whether the kept values have control tokens marked (they differ with sanitizing).
+    marked: bool,
+    /// By message index: the dict the value was converted from, and the value.
+    messages: Vec<Option<(std::sync::Arc<Map<String, Value>>, Data)>>,
+    /// The template arguments the kept ones were converted from, and their values.
+    kwargs: Option<(crate::render::native::TemplateArgs, Vec<(String, Data)>)>,
+    json: JsonMemo,
+}
+
+impl Clone for RenderMemo {
+    /// A fresh memo: a copy of a session starts converting anew (the values would be
+    /// shareable, but a memo is a cache, not state).
+    fn clone(&self) -> Self {
+        RenderMemo::default()
+    }
 }
 
 /// A checkpoint's chat template on the Jinja path.
 pub struct JinjaFormat {
     template: ChatTemplate,
-    special_tokens: Map<String, Value>,
+    /// The special-token variables (`bos_token`, ...), converted once.
+    special_tokens: Vec<(String, Data)>,
     /// What `add_generation_prompt=True` appends to a one-user-message conversation, if the
     /// template appends anything (the header of an assistant turn).
     generation_prompt: Option<String>,
@@ -82,7 +114,7 @@ impl JinjaFormat {
         let special_tokens = checkpoint
             .special_tokens_map
             .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .map(|(k, v)| (k.clone(), Data::string(v, &mut |_| None)))
             .collect();
         let mut stop_texts: Vec<String> = checkpoint
             .special_tokens
@@ -136,6 +168,7 @@ impl JinjaFormat {
                 add_generation_prompt,
                 kwargs: &kwargs,
                 now: Some(PROBE_NOW),
+                memo: None,
             };
             self.render(&messages, &request).ok()
         };
@@ -155,8 +188,7 @@ impl JinjaFormat {
         messages: &[Message],
         request: &JinjaRequest<'_>,
     ) -> Result<String, TemplateError> {
-        let context = self.context(messages, request, None)?;
-        self.render_context(&context, request.now)
+        self.render_messages(messages, request, None, false)
     }
 
     /// Render and split into pieces: template text (added tokens matched) and content (each
@@ -174,11 +206,9 @@ impl JinjaFormat {
         sanitizer: Option<&ControlTokens>,
         provenance: bool,
     ) -> Result<Pieces<'static>, TemplateError> {
-        let context = self.context(messages, request, sanitizer)?;
-        let rendered = self.render_context(&context, request.now)?;
+        let rendered = self.render_messages(messages, request, sanitizer, false)?;
         let spans = if provenance {
-            let tagged = tag_message_texts(context);
-            self.render_context(&tagged, request.now)
+            self.render_messages(messages, request, sanitizer, true)
                 .ok()
                 .and_then(|t| align_spans(&t, &rendered))
                 .unwrap_or_default()
@@ -229,12 +259,112 @@ impl JinjaFormat {
         split_rendered_with_bodies(&rendered, &spans, &bodies, sanitizer)
     }
 
-    fn render_context(
+    /// Render with the template's variables as transformers builds them: the special
+    /// tokens, the template arguments, `messages`, `tools`, `documents` and
+    /// `add_generation_prompt`. With `sanitizer`, every caller string has its control tokens
+    /// marked ([`mark_str`]); with `tag`, every message text is wrapped in provenance span
+    /// markers (see [`JinjaFormat::pieces`]).
+    fn render_messages(
         &self,
-        context: &Map<String, Value>,
-        now: Option<DateTime>,
+        messages: &[Message],
+        request: &JinjaRequest<'_>,
+        sanitizer: Option<&ControlTokens>,
+        tag: bool,
     ) -> Result<String, TemplateError> {
-        self.template.render(context, now).map_err(|e| match e {
+        let mut mark = |s: &str| match sanitizer {
+            Some(control) if needs_mark(s, control) => Some(mark_str(s, control)),
+            _ => None,
+        };
+        let mut guard = match request.memo {
+            Some(memo) => {
+                let mut state = memo.state.lock().unwrap_or_else(|e| e.into_inner());
+                if state.marked != sanitizer.is_some() {
+                    *state = MemoState {
+                        marked: sanitizer.is_some(),
+                        ..MemoState::default()
+                    };
+                }
+                Some(state)
+            }
+            None => None,
+        };
+        let mut context: Vec<(&str, Data)> = self
+            .special_tokens
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let mut tools = Data::none();
+        let mut documents = Data::none();
+        for (name, _) in request.kwargs {
+            if name == "messages" || name == "add_generation_prompt" {
+                return Err(TemplateError::whole(format!(
+                    "{name} cannot be a template argument: chatids sets it"
+                )));
+            }
+        }
+        let kept_kwargs = guard
+            .as_deref()
+            .and_then(|state| state.kwargs.as_ref())
+            .filter(|(args, _)| args == request.kwargs)
+            .map(|(_, values)| values.clone());
+        let kwargs = match kept_kwargs {
+            Some(values) => values,
+            None => {
+                let values: Vec<(String, Data)> = request
+                    .kwargs
+                    .iter()
+                    .map(|(name, value)| {
+                        (name.clone(), Data::from_json(&value.to_json(), &mut mark))
+                    })
+                    .collect();
+                if let Some(state) = guard.as_deref_mut() {
+                    state.kwargs = Some((request.kwargs.clone(), values.clone()));
+                }
+                values
+            }
+        };
+        for (name, value) in &kwargs {
+            match name.as_str() {
+                "tools" => tools = value.clone(),
+                "documents" => documents = value.clone(),
+                _ => context.push((name.as_str(), value.clone())),
+            }
+        }
+        let mut values = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let kept = match (&m.raw, guard.as_deref()) {
+                (Some(raw), Some(state)) if !tag => state
+                    .messages
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .filter(|(from, _)| std::sync::Arc::ptr_eq(from, raw))
+                    .map(|(_, data)| data.clone()),
+                _ => None,
+            };
+            let value = match kept {
+                Some(data) => data,
+                None => {
+                    let data = message_data(m, i, &mut mark, tag)?;
+                    if let (Some(raw), Some(state), false) = (&m.raw, guard.as_deref_mut(), tag) {
+                        if state.messages.len() <= i {
+                            state.messages.resize(i + 1, None);
+                        }
+                        state.messages[i] = Some((raw.clone(), data.clone()));
+                    }
+                    data
+                }
+            };
+            values.push(value);
+        }
+        context.push(("messages", Data::list(values)));
+        context.push(("tools", tools));
+        context.push(("documents", documents));
+        context.push((
+            "add_generation_prompt",
+            Data::bool(request.add_generation_prompt),
+        ));
+        let json = guard.as_deref_mut().map(|state| &mut state.json);
+        self.template.render_data(context, request.now, json).map_err(|e| match e {
             RenderError::Raised(msg) => {
                 TemplateError::whole(format!("the chat template raised: {msg}"))
             }
@@ -247,57 +377,19 @@ impl JinjaFormat {
             ),
         })
     }
-
-    /// The template's variables, as transformers builds them.
-    fn context(
-        &self,
-        messages: &[Message],
-        request: &JinjaRequest<'_>,
-        sanitizer: Option<&ControlTokens>,
-    ) -> Result<Map<String, Value>, TemplateError> {
-        let mark = |v: Value| match sanitizer {
-            Some(control) => mark_value(v, control),
-            None => v,
-        };
-        let mut context = self.special_tokens.clone();
-        let mut tools = Value::Null;
-        let mut documents = Value::Null;
-        for (name, value) in request.kwargs {
-            match name.as_str() {
-                "messages" | "add_generation_prompt" => {
-                    return Err(TemplateError::whole(format!(
-                        "{name} cannot be a template argument: chatids sets it"
-                    )))
-                }
-                "tools" => tools = mark(value.to_json()),
-                "documents" => documents = mark(value.to_json()),
-                _ => {
-                    context.insert(name.clone(), mark(value.to_json()));
-                }
-            }
-        }
-        let messages = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| message_json(m, i).map(&mark))
-            .collect::<Result<Vec<_>, _>>()?;
-        context.insert("messages".into(), Value::Array(messages));
-        context.insert("tools".into(), tools);
-        context.insert("documents".into(), documents);
-        context.insert(
-            "add_generation_prompt".into(),
-            Value::Bool(request.add_generation_prompt),
-        );
-        Ok(context)
-    }
 }
 
-/// The message as the template sees it: the caller's dict (or one built from the fields),
-/// with transformers' reasoning aliases (`thinking` first, `reasoning_content` last, both
-/// holding the first of `reasoning_content`, `thinking`, `reasoning` that is set).
-fn message_json(message: &Message, index: usize) -> Result<Value, TemplateError> {
-    let base: Map<String, Value> = match &message.raw {
-        Some(raw) => (**raw).clone(),
+/// The message's keys as the template sees them, in order: the caller's dict (or one built
+/// from the fields, in `built`), with transformers' reasoning aliases (`thinking` first,
+/// `reasoning_content` last, both holding the first of `reasoning_content`, `thinking`,
+/// `reasoning` that is set).
+fn message_entries<'m>(
+    message: &'m Message,
+    index: usize,
+    built: &'m mut Map<String, Value>,
+) -> Result<Vec<(&'m str, &'m Value)>, TemplateError> {
+    let base: &Map<String, Value> = match &message.raw {
+        Some(raw) => raw,
         None => {
             if message.tool_calls.is_some() {
                 return Err(TemplateError::at(
@@ -305,11 +397,10 @@ fn message_json(message: &Message, index: usize) -> Result<Value, TemplateError>
                     "tool_calls need the message as a dict (Message::raw) on the jinja path",
                 ));
             }
-            let mut m = Map::new();
-            m.insert("role".into(), Value::String(message.role.clone()));
+            built.insert("role".into(), Value::String(message.role.clone()));
             match &message.content {
                 Some(Content::Text(s)) => {
-                    m.insert("content".into(), Value::String(s.clone()));
+                    built.insert("content".into(), Value::String(s.clone()));
                 }
                 Some(Content::Parts(parts)) => {
                     let parts = parts
@@ -321,29 +412,100 @@ fn message_json(message: &Message, index: usize) -> Result<Value, TemplateError>
                             ContentPart::Other { kind } => serde_json::json!({ "type": kind }),
                         })
                         .collect();
-                    m.insert("content".into(), Value::Array(parts));
+                    built.insert("content".into(), Value::Array(parts));
                 }
                 None => {}
             }
             if let Some(r) = &message.reasoning_content {
-                m.insert("reasoning_content".into(), Value::String(r.clone()));
+                built.insert("reasoning_content".into(), Value::String(r.clone()));
             }
-            m
+            built
         }
     };
     let reasoning = ["reasoning_content", "thinking", "reasoning"]
         .iter()
-        .find_map(|k| base.get(*k).filter(|v| !v.is_null()).cloned());
-    let Some(reasoning) = reasoning else {
-        return Ok(Value::Object(base));
-    };
-    let mut aliased = Map::new();
-    aliased.insert("thinking".into(), reasoning.clone());
-    for (k, v) in base {
-        aliased.insert(k, v);
+        .find_map(|k| base.get(*k).filter(|v| !v.is_null()));
+    let mut entries: Vec<(&str, &Value)> = Vec::with_capacity(base.len() + 2);
+    let set =
+        |entries: &mut Vec<(&'m str, &'m Value)>, key: &'m str, value: &'m Value| match entries
+            .iter_mut()
+            .find(|(k, _)| *k == key)
+        {
+            Some(entry) => entry.1 = value,
+            None => entries.push((key, value)),
+        };
+    if let Some(r) = reasoning {
+        set(&mut entries, "thinking", r);
     }
-    aliased.insert("reasoning_content".into(), reasoning);
-    Ok(Value::Object(aliased))
+    for (k, v) in base {
+        set(&mut entries, k, v);
+    }
+    if let Some(r) = reasoning {
+        set(&mut entries, "reasoning_content", r);
+    }
+    Ok(entries)
+}
+
+/// The keys whose text provenance locates ([`JinjaFormat::pieces`]).
+const TEXT_KEYS: [&str; 4] = ["content", "reasoning_content", "thinking", "reasoning"];
+
+/// A message as the template's value, strings through `mark`; with `tag`, each message text
+/// (string content, text parts, reasoning fields) wrapped in provenance span markers. An
+/// empty text is not tagged: the markers would make it truthy (`{% if m.content %}`) in the
+/// tagged render only, and there is nothing to locate anyway.
+fn message_data(
+    message: &Message,
+    index: usize,
+    mark: &mut dyn FnMut(&str) -> Option<String>,
+    tag: bool,
+) -> Result<Data, TemplateError> {
+    let mut built = Map::new();
+    let entries = message_entries(message, index, &mut built)?;
+    let tagged = |s: &str, mark: &mut dyn FnMut(&str) -> Option<String>| {
+        let s = mark(s).unwrap_or_else(|| s.to_string());
+        if s.is_empty() {
+            s
+        } else {
+            format!("{SPAN_OPEN}{index}{SPAN_INDEX_END}{s}{SPAN_CLOSE}")
+        }
+    };
+    let values = entries
+        .into_iter()
+        .map(|(k, v)| {
+            let data = match v {
+                Value::String(s) if tag && TEXT_KEYS.contains(&k) => {
+                    Data::string(s, &mut |s| Some(tagged(s, mark)))
+                }
+                Value::Array(parts) if tag && k == "content" => Data::list(
+                    parts
+                        .iter()
+                        .map(|part| match part {
+                            Value::Object(p) => Data::dict(
+                                p.iter()
+                                    .map(|(pk, pv)| match pv {
+                                        Value::String(s) if pk == "text" => (
+                                            pk.as_str(),
+                                            Data::string(s, &mut |s| Some(tagged(s, mark))),
+                                        ),
+                                        other => (pk.as_str(), Data::from_json(other, mark)),
+                                    })
+                                    .collect(),
+                            ),
+                            other => Data::from_json(other, mark),
+                        })
+                        .collect(),
+                ),
+                other => Data::from_json(other, mark),
+            };
+            (k, data)
+        })
+        .collect();
+    Ok(Data::dict(values))
+}
+
+/// Whether [`mark_str`] changes `text`: it holds a control token or a marker character.
+fn needs_mark(text: &str, control: &ControlTokens) -> bool {
+    control.find_iter(text).next().is_some() || find_marker(text).is_some()
 }
 
 /// Wrap the control tokens in `text` in markers. Marker characters already in the text are
@@ -352,7 +514,7 @@ fn mark_str(text: &str, control: &ControlTokens) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     let mut cursor = 0;
     let wrap_markers = |out: &mut String, s: &str| {
-        if !s.contains([MARK_START, MARK_END]) {
+        if find_marker(s).is_none() {
             out.push_str(s);
             return;
         }
@@ -377,28 +539,6 @@ fn mark_str(text: &str, control: &ControlTokens) -> String {
     out
 }
 
-/// [`mark_str`] on every string value (not dict keys) of `value`.
-fn mark_value(value: Value, control: &ControlTokens) -> Value {
-    match value {
-        // Most strings hold no control token and no marker: keep them as they are.
-        Value::String(s)
-            if control.find_iter(&s).next().is_none() && !s.contains([MARK_START, MARK_END]) =>
-        {
-            Value::String(s)
-        }
-        Value::String(s) => Value::String(mark_str(&s, control)),
-        Value::Array(items) => {
-            Value::Array(items.into_iter().map(|v| mark_value(v, control)).collect())
-        }
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k, mark_value(v, control)))
-                .collect(),
-        ),
-        other => other,
-    }
-}
-
 /// A byte range of the rendered prompt that holds one message's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContentSpan {
@@ -413,38 +553,6 @@ const SPAN_OPEN: char = '\u{F0002}';
 const SPAN_INDEX_END: char = '\u{F0003}';
 /// End of a provenance span.
 const SPAN_CLOSE: char = '\u{F0004}';
-
-/// The context with every message text (string content, text parts, reasoning fields)
-/// wrapped in provenance span markers.
-fn tag_message_texts(mut context: Map<String, Value>) -> Map<String, Value> {
-    // An empty text is not tagged: the markers would make it truthy (`{% if m.content %}`) in
-    // the tagged render only, and there is nothing to locate anyway.
-    let tag = |value: &mut Value, index: usize| {
-        if let Value::String(s) = value {
-            if !s.is_empty() {
-                *s = format!("{SPAN_OPEN}{index}{SPAN_INDEX_END}{s}{SPAN_CLOSE}");
-            }
-        }
-    };
-    if let Some(Value::Array(messages)) = context.get_mut("messages") {
-        for (i, message) in messages.iter_mut().enumerate() {
-            let Value::Object(m) = message else { continue };
-            for key in ["content", "reasoning_content", "thinking", "reasoning"] {
-                if let Some(v) = m.get_mut(key) {
-                    tag(v, i);
-                }
-            }
-            if let Some(Value::Array(parts)) = m.get_mut("content") {
-                for part in parts {
-                    if let Some(text) = part.get_mut("text") {
-                        tag(text, i);
-                    }
-                }
-            }
-        }
-    }
-    context
-}
 
 /// Line the tagged render up with the real one: outside spans both must be equal; a span's
 /// text must appear as is, or stripped of Python whitespace on one or both sides (templates
@@ -763,6 +871,22 @@ enum Marked<'a> {
     Lone,
 }
 
+/// The first [`MARK_START`] or [`MARK_END`] in `text`. Both encode as `F3 B0 80 8x` in UTF-8,
+/// and `F3` starts only characters of planes 12 to 15, so a byte search finds them fast.
+fn find_marker(text: &str) -> Option<usize> {
+    const _: () = assert!(MARK_START as u32 == 0xF0000 && MARK_END as u32 == 0xF0001);
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(0xF3, &bytes[from..]) {
+        let at = from + i;
+        if let [0xB0, 0x80, 0x80 | 0x81, ..] = bytes[at + 1..] {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 /// `text` read as transformers' `encode_marked_chat` reads it (`START(token)END|[START END]`),
 /// plus chatids' kept marker characters (`START marker END`).
 fn marked_parts<'a>(
@@ -778,7 +902,7 @@ fn marked_parts<'a>(
         if rest.is_empty() {
             return None;
         }
-        let Some(start) = rest.find([MARK_START, MARK_END]) else {
+        let Some(start) = find_marker(rest) else {
             let all = rest;
             rest = "";
             return Some(Marked::Text(all));
@@ -798,7 +922,7 @@ fn marked_parts<'a>(
             Marked::Caller(&wrapped[..len])
         } else {
             // `START token END` (a token holds no marker): the token, as caller text.
-            let token = wrapped.find([MARK_START, MARK_END]).and_then(|end| {
+            let token = find_marker(wrapped).and_then(|end| {
                 let inner = &wrapped[..end];
                 let known = control
                     .tokens()
@@ -958,16 +1082,41 @@ mod tests {
     }
 
     #[test]
+    fn finds_marker_characters_by_bytes() {
+        for text in [
+            "",
+            "abc",
+            "\u{F0002}x\u{FFFFF}",
+            "日本\u{F0000}",
+            "a\u{F0001}\u{F0000}",
+            "\u{F0080}\u{F0001}",
+        ] {
+            assert_eq!(
+                find_marker(text),
+                text.find([MARK_START, MARK_END]),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
     fn marks_control_tokens_and_keeps_marker_characters() {
         let c = control();
         assert_eq!(
             mark_str("a<|eot_id|>b\u{F0000}", &c),
             "a\u{F0000}<|eot_id|>\u{F0001}b\u{F0000}\u{F0000}\u{F0001}"
         );
-        let v = mark_value(serde_json::json!({"<|eot_id|>": ["<|im_end|>", 3]}), &c);
+        // Values are marked, keys are not.
+        let value = serde_json::json!({"<|eot_id|>": ["<|im_end|>", 3]});
+        let mut mark = |s: &str| needs_mark(s, &c).then(|| mark_str(s, &c));
+        let data = Data::from_json(&value, &mut mark);
+        let t = ChatTemplate::compile(
+            "{% for k, v in x.items() %}{{ k }}={{ v[0] }},{{ v[1] }}{% endfor %}",
+        )
+        .unwrap();
         assert_eq!(
-            v,
-            serde_json::json!({"<|eot_id|>": ["\u{F0000}<|im_end|>\u{F0001}", 3]})
+            t.render_data(vec![("x", data)], None, None).unwrap(),
+            "<|eot_id|>=\u{F0000}<|im_end|>\u{F0001},3"
         );
     }
 
@@ -1086,8 +1235,12 @@ mod tests {
     fn aliases_reasoning_like_transformers() {
         let mut m = Message::new("assistant", "a");
         m.reasoning_content = Some("r".into());
-        let v = message_json(&m, 0).unwrap();
-        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        let mut built = Map::new();
+        let entries = message_entries(&m, 0, &mut built).unwrap();
+        let keys: Vec<_> = entries.iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, ["thinking", "role", "content", "reasoning_content"]);
+        assert!(entries
+            .iter()
+            .all(|(k, v)| *k == "role" || *k == "content" || *v == "r"));
     }
 }

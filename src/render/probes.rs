@@ -425,6 +425,7 @@ fn render_template(template: &JinjaFormat, probe: &Probe) -> Result<String, Stri
                 add_generation_prompt: probe.add_generation_prompt,
                 kwargs: &probe.kwargs,
                 now: Some(probe.now),
+                memo: None,
             },
         )
         .map_err(|e| e.to_string())

@@ -997,7 +997,22 @@ fn tojson(v: &Value, a: &[Value]) -> Result<Value, Error> {
         key_separator,
         sort_keys: flag(&b[3]),
     };
-    to_json(v, &options).map(Value::from)
+    // The memo's key for these options: the flags and the indent width, with the
+    // separators json.dumps picks by default (anything else is written every time).
+    let default_separators = options.key_separator == ": "
+        && options.item_separator == if options.indent.is_some() { "," } else { ", " };
+    let indent_key = match &options.indent {
+        None => Some(0),
+        Some(i) if i.len() < 1 << 20 && i.bytes().all(|b| b == b' ') => Some(i.len() as u64 + 1),
+        Some(_) => None,
+    };
+    match indent_key.filter(|_| default_separators) {
+        Some(indent) => {
+            let key = indent << 2 | (options.ensure_ascii as u64) << 1 | options.sort_keys as u64;
+            super::data::memoized_json(v, key, || to_json(v, &options))
+        }
+        None => to_json(v, &options).map(Value::from),
+    }
 }
 
 fn truncate(v: &Value, a: &[Value]) -> Result<Value, Error> {

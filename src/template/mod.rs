@@ -19,6 +19,7 @@
 
 mod args;
 mod calls;
+mod data;
 mod emit;
 mod filters;
 mod format;
@@ -42,6 +43,7 @@ use std::sync::Arc;
 use minijinja::value::{Object, ObjectRepr, Value};
 use minijinja::{Environment, Error, ErrorKind, State};
 
+pub use self::data::{Data, JsonMemo};
 pub use self::strftime::strftime;
 
 use self::args::{bind, split_args};
@@ -165,6 +167,30 @@ impl ChatTemplate {
         for (k, v) in context {
             root.insert(Value::from(k.as_str()), pyvalue::from_json(v));
         }
+        self.render_root(root, now)
+    }
+
+    /// [`ChatTemplate::render`] from values converted beforehand ([`Data`], kept between
+    /// renders), with a [`JsonMemo`] that keeps what `tojson` writes between renders.
+    pub fn render_data(
+        &self,
+        context: Vec<(&str, Data)>,
+        now: Option<DateTime>,
+        memo: Option<&mut JsonMemo>,
+    ) -> Result<String, RenderError> {
+        if context.iter().any(|(_, d)| d.depth > pyvalue::MAX_DEPTH) {
+            return Err(RenderError::Failed(
+                "the context is nested too deeply".into(),
+            ));
+        }
+        let mut root = Dict::with_capacity(context.len() + 1);
+        for (k, d) in context {
+            root.insert(Value::from(k), d.value);
+        }
+        data::with_memo(memo, || self.render_root(root, now))
+    }
+
+    fn render_root(&self, mut root: Dict, now: Option<DateTime>) -> Result<String, RenderError> {
         if let Some(now) = now {
             root.insert(Value::from(NOW_KEY), Value::from_object(Clock(now)));
         }
