@@ -71,12 +71,15 @@ pub struct RenderMemo {
     state: std::sync::Mutex<MemoState>,
 }
 
+/// A message's dict and its converted value.
+type KeptMessage = (std::sync::Arc<Map<String, Value>>, Data);
+
 #[derive(Debug, Default)]
 struct MemoState {
     /// Whether the kept values have control tokens marked (they differ with sanitizing).
     marked: bool,
     /// By message index: the dict the value was converted from, and the value.
-    messages: Vec<Option<(std::sync::Arc<Map<String, Value>>, Data)>>,
+    messages: Vec<Option<KeptMessage>>,
     /// The template arguments the kept ones were converted from, and their values.
     kwargs: Option<(crate::render::native::TemplateArgs, Vec<(String, Data)>)>,
     json: JsonMemo,
@@ -295,7 +298,7 @@ impl JinjaFormat {
             .collect();
         let mut tools = Data::none();
         let mut documents = Data::none();
-        for (name, _) in request.kwargs {
+        for name in request.kwargs.keys() {
             if name == "messages" || name == "add_generation_prompt" {
                 return Err(TemplateError::whole(format!(
                     "{name} cannot be a template argument: chatids sets it"
