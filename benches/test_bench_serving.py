@@ -20,7 +20,7 @@
   - ``transformers``: ``apply_chat_template(all messages so far, tools=...,
     add_generation_prompt=True, tokenize=True)`` per step;
   - ``full_encode`` (yardstick): one ``Encoder.encode`` of the final 20-step conversation.
-    The goal is the whole session loop within 1.5x of it. The session benchmarks also record
+    The goal is the whole session loop within 1.2x of it. The session benchmarks also record
     a paired ratio (median of back-to-back session-loop / full-encode runs), which a noisy
     neighbour disturbs less than the ratio of two separately measured medians.
 
