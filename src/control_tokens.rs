@@ -46,6 +46,10 @@ pub struct ControlTokens {
     suffixes: HashSet<String>,
     /// The longest token's length in bytes.
     longest: usize,
+    /// The first bytes and the last bytes of the tokens: a prefix starts with one, a suffix
+    /// ends with one (checked before hashing).
+    first_bytes: [bool; 256],
+    last_bytes: [bool; 256],
 }
 
 /// One control token found in a text.
@@ -84,12 +88,19 @@ impl ControlTokens {
             }
         }
         let longest = tokens.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
+        let (mut first_bytes, mut last_bytes) = ([false; 256], [false; 256]);
+        for (t, _) in &tokens {
+            first_bytes[usize::from(t.as_bytes()[0])] = true;
+            last_bytes[usize::from(t.as_bytes()[t.len() - 1])] = true;
+        }
         ControlTokens {
             tokens,
             matcher,
             prefixes,
             suffixes,
             longest,
+            first_bytes,
+            last_bytes,
         }
     }
 
@@ -97,10 +108,15 @@ impl ControlTokens {
     /// text around it could complete the token (see [`crate::piece_encoder`]).
     pub fn has_partial_edge(&self, text: &str) -> bool {
         let limit = self.longest.min(text.len() + 1);
+        let bytes = text.as_bytes();
         (1..limit).any(|k| {
-            (text.is_char_boundary(k) && self.suffixes.contains(&text[..k]))
-                || (text.is_char_boundary(text.len() - k)
-                    && self.prefixes.contains(&text[text.len() - k..]))
+            let start = text.len() - k;
+            (self.last_bytes[usize::from(bytes[k - 1])]
+                && text.is_char_boundary(k)
+                && self.suffixes.contains(&text[..k]))
+                || (self.first_bytes[usize::from(bytes[start])]
+                    && text.is_char_boundary(start)
+                    && self.prefixes.contains(&text[start..]))
         })
     }
 
