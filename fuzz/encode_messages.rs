@@ -12,7 +12,8 @@
 //! - `encode`, `encode_tracked` (all provenance) and a one-conversation `encode_batch` give
 //!   the same ids, and all three agree on success or failure;
 //! - with `sanitize_control_tokens`, no control-token id starts inside caller text;
-//! - `render` succeeds exactly when encoding without sanitizing does.
+//! - `render` succeeds exactly when encoding without sanitizing does;
+//! - a session that appends the messages in three steps holds the ids of one encode.
 //!
 //! `make fuzz-encode` runs it under libFuzzer (fuzz/fuzz_targets/encode_messages.rs); `cargo test`
 //! replays the committed regressions and a few thousand generated inputs through it
@@ -342,5 +343,45 @@ pub fn check_only(data: &[u8], only: Option<&str>) -> bool {
         rendered.as_ref().err().map(ToString::to_string),
         encoded.as_ref().err().map(ToString::to_string),
     );
+    check_session(encoder, &messages, &options, name);
     true
+}
+
+/// A session fed the messages in three appends (which re-renders the earlier messages from
+/// what it kept of them on the Jinja path) holds exactly the ids of one encode, and its
+/// generation prompt is the encode with `add_generation_prompt`. An append may fail (a
+/// template that rewrites earlier ids, or refuses a prefix); then nothing is compared.
+fn check_session(encoder: &Encoder, messages: &[Message], options: &EncodeOptions, name: &str) {
+    use chatids::session::{OnRewrite, Session};
+    let options = EncodeOptions {
+        add_generation_prompt: false,
+        continue_final_message: false,
+        ..options.clone()
+    };
+    let mut session = Session::new(options.clone(), OnRewrite::Error);
+    let (a, b) = (messages.len() / 3, 2 * messages.len() / 3);
+    for part in [&messages[..a], &messages[a..b], &messages[b..]] {
+        if session.append(encoder, part.to_vec()).is_err() {
+            return;
+        }
+    }
+    let whole = encoder.encode(messages, &options);
+    assert_eq!(
+        whole.as_ref().ok().map(Vec::as_slice),
+        Some(session.ids()),
+        "{name}: a session differs from encode\n{options:?}\n{messages:?}"
+    );
+    let with_prompt = EncodeOptions {
+        add_generation_prompt: true,
+        ..options
+    };
+    if let (Ok(prompt), Ok(expected)) = (
+        session.generation_prompt(encoder),
+        encoder.encode(messages, &with_prompt),
+    ) {
+        assert_eq!(
+            prompt, expected,
+            "{name}: a session's generation prompt differs from encode"
+        );
+    }
 }
