@@ -91,6 +91,7 @@ impl Layout {
 }
 
 /// The encoding of a longer conversation, planned against the session's state.
+#[derive(Clone)]
 struct Plan {
     /// The new ids: the session's first `keep` ids, then `tail`.
     keep: usize,
@@ -147,7 +148,36 @@ fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
     }
 }
 
-/// A conversation encoded incrementally (see the module documentation).
+/// The plan of the generation prompt for the session's messages as they are: what
+/// [`Session::generation_prompt`] computed last, which [`Session::append_completion`] starts
+/// from (the model's turn follows that prompt). Cleared by every change of the session.
+#[derive(Default)]
+struct PromptCache(std::sync::Mutex<Option<Plan>>);
+
+impl PromptCache {
+    fn get(&self) -> Option<Plan> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, plan: Option<Plan>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = plan;
+    }
+}
+
+impl Clone for PromptCache {
+    fn clone(&self) -> Self {
+        PromptCache(std::sync::Mutex::new(self.get()))
+    }
+}
+
+impl std::fmt::Debug for PromptCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptCache").finish_non_exhaustive()
+    }
+}
+
+/// A conversation encoded incrementally (see the module documentation). A session belongs
+/// to one encoder: its ids, and what it keeps between renders, are that encoder's.
 #[derive(Debug, Clone)]
 pub struct Session {
     options: EncodeOptions,
@@ -159,6 +189,7 @@ pub struct Session {
     layout: Layout,
     /// What the Jinja path keeps between renders of this conversation.
     memo: RenderMemo,
+    prompt: PromptCache,
 }
 
 impl Session {
@@ -184,6 +215,7 @@ impl Session {
                 ..Layout::default()
             },
             memo: RenderMemo::default(),
+            prompt: PromptCache::default(),
         }
     }
 
@@ -237,6 +269,17 @@ impl Session {
         }
     }
 
+    /// The plan of the generation prompt for the messages as they are (kept until the
+    /// session changes).
+    fn prompt_plan(&self, encoder: &Encoder) -> Result<Plan> {
+        if let Some(plan) = self.prompt.get() {
+            return Ok(plan);
+        }
+        let plan = self.plan(encoder, &self.messages, true)?;
+        self.prompt.set(Some(plan.clone()));
+        Ok(plan)
+    }
+
     /// Where the planned ids first differ from the session's (its length if they extend them),
     /// or the rewrite error.
     fn check(&self, plan: &Plan, what: &str) -> Result<usize> {
@@ -282,6 +325,7 @@ impl Session {
     }
 
     fn commit(&mut self, plan: Plan) {
+        self.prompt.set(None);
         self.ids.truncate(plan.keep);
         self.ids.extend(plan.tail);
         self.layout = plan.layout;
@@ -290,7 +334,7 @@ impl Session {
     /// The ids of the conversation followed by the generation prompt (what to feed the model
     /// for its next turn). The session is unchanged.
     pub fn generation_prompt(&self, encoder: &Encoder) -> Result<Vec<u32>> {
-        let plan = self.plan(encoder, &self.messages, true)?;
+        let plan = self.prompt_plan(encoder)?;
         self.check(&plan, "the generation prompt")?;
         let mut ids = self.ids[..plan.keep].to_vec();
         ids.extend(plan.tail);
@@ -330,7 +374,7 @@ impl Session {
                 .into());
             }
         }
-        let prompt = self.plan(encoder, &self.messages, true)?;
+        let prompt = self.prompt_plan(encoder)?;
         let start = self.check(&prompt, "the generation prompt")?;
         let prompt_pieces = prompt.layout.pieces.len();
         let mut messages = self.messages.clone();
@@ -377,6 +421,7 @@ impl Session {
             Ok((ids, layout))
         })?;
         let (ids, layout) = planned.expect("the template route renders pieces");
+        self.prompt.set(None);
         self.messages = messages;
         self.ids = ids;
         self.layout = layout;
@@ -401,7 +446,7 @@ impl Session {
         encoder
             .decode(completion)
             .map_err(|e| TemplateError::at(index, format!("completion {e}")))?;
-        let prompt = self.plan(encoder, &self.messages, true)?;
+        let prompt = self.prompt_plan(encoder)?;
         let start = self.check(&prompt, "the generation prompt")?;
         let mut messages = self.messages.clone();
         messages.push(message);
@@ -433,6 +478,7 @@ impl Session {
                 .into());
             }
         }
+        self.prompt.set(None);
         self.messages = messages;
         self.ids = ids;
         self.layout = full.layout;
