@@ -128,7 +128,41 @@ def group_tables(data: dict) -> dict[str, list[str]]:
         if notes:
             lines += ["", "chatids: " + ", ".join(notes) + "."]
         out[group] = lines
+    jinja = jinja_path(groups, day)
+    if jinja:
+        out["jinja-path"] = jinja
     return out
+
+
+#: Issue 23's target: the Jinja path at least this fraction of the native path's speed.
+JINJA_GOAL = 0.8
+
+
+def jinja_path(groups: dict[str, list[dict]], day: str) -> list[str]:
+    """The Jinja path against the native one on the same checkpoint: each ``<kind>-<model>:jinja``
+    group whose ``<kind>-<model>`` group ran too, chatids' median on each."""
+    rows = []
+    for group in sorted(groups):
+        if not group.endswith(":jinja") or group[: -len(":jinja")] not in groups:
+            continue
+
+        def ours(g: str) -> float:
+            return next(b for b in groups[g] if b["name"].split("[")[0].endswith("chatids"))["stats"]["median"]
+
+        native, jinja = ours(group[: -len(":jinja")]), ours(group)
+        speed = native / jinja
+        verdict = "met" if speed >= JINJA_GOAL else "not met"
+        rows.append(f"| {group[: -len(':jinja')]} | {native * 1e3:.1f} ms | {jinja * 1e3:.1f} ms | {speed:.2f}x ({verdict}) |")
+    if not rows:
+        return []
+    return [
+        "",
+        f"**jinja-path** (chatids on the checkpoint's template forced onto the Jinja path against its native format, same run; run {day})",
+        "",
+        f"| group | native | Jinja path | Jinja speed / native (goal ≥ {JINJA_GOAL}x) |",
+        "|---|---|---|---|",
+        *rows,
+    ]
 
 
 def merged_block(old_block: str, data: dict) -> str:
