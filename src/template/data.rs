@@ -111,8 +111,9 @@ pub struct JsonMemo {
 }
 
 impl JsonMemo {
-    /// What the memo may hold in JSON text before it starts over.
-    pub const MAX_BYTES: usize = 16 << 20;
+    /// What the memo may hold in JSON text before it starts over (a session keeps one, so
+    /// this bounds what each session keeps; a 20k-token agent conversation needs about 100 KB).
+    pub const MAX_BYTES: usize = 4 << 20;
 
     /// Number of values memoized.
     pub fn len(&self) -> usize {
@@ -135,10 +136,21 @@ pub(super) fn with_memo<R>(memo: Option<&mut JsonMemo>, f: impl FnOnce() -> R) -
     let Some(memo) = memo else {
         return f();
     };
+    /// Gives the memo back to its owner when `f` returns or unwinds.
+    struct Restore<'m> {
+        memo: &'m mut JsonMemo,
+        previous: Option<JsonMemo>,
+    }
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            *self.memo = CURRENT
+                .with(|c| c.replace(self.previous.take()))
+                .unwrap_or_default();
+        }
+    }
     let previous = CURRENT.with(|c| c.replace(Some(std::mem::take(memo))));
-    let result = f();
-    *memo = CURRENT.with(|c| c.replace(previous)).unwrap_or_default();
-    result
+    let _restore = Restore { memo, previous };
+    f()
 }
 
 /// Strings shorter than this are written every time (cheap, and the engine keeps short
