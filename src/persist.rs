@@ -3,9 +3,11 @@
 //! it: nothing is read from disk or downloaded when unpickling).
 //!
 //! Layout: [`MAGIC`], the state format version ([`STATE_VERSION`], one byte), the length of the
-//! header (u64, little endian), the header (JSON), the payload, and (version 2) a checksum of
-//! everything before it ([`crate::text::image::checksum`]): a damaged state is refused, never
-//! half read. Version 1 states (no checksum, the payload a `tokenizer.json` only) are still read.
+//! header (u64, little endian), the header (JSON), the payload, and (since version 2) a
+//! checksum of everything before it ([`crate::text::image::checksum`]): a damaged state is
+//! refused, never half read. Version 1 states (no checksum, the payload a `tokenizer.json`
+//! only) are still read, and version 2 states (the native core's image without the
+//! longest-token tables of [`crate::text::native`], which are then built).
 //!
 //! * Transformers route (checkpoint directories and GGUF files alike): the header holds the
 //!   checkpoint as loaded, without its tokenizer (templates, special tokens, added tokens,
@@ -39,9 +41,9 @@ use crate::text::{EncoderChoice, LazyTokenizer, NativeBpe, Selected, TokenIndex}
 /// The first bytes of every state.
 pub const MAGIC: &[u8; 8] = b"chatids\x00";
 
-/// The version of the state's layout; a state of another version is refused (version 1 is
-/// still read).
-pub const STATE_VERSION: u8 = 2;
+/// The version of the state's layout; a state of another version is refused (versions 1 and
+/// 2 are still read).
+pub const STATE_VERSION: u8 = 3;
 
 /// The state's header (`C` is the checkpoint, borrowed when writing, owned when reading).
 #[derive(Serialize, Deserialize)]
@@ -76,10 +78,10 @@ fn rebuild(state: CheckpointState, tokenizer: LazyTokenizer) -> Result<Encoder> 
     )
 }
 
-/// Rebuild the encoder of a version-2 transformers-route state from its image: with the
+/// Rebuild the encoder of a version-2 or later transformers-route state from its image: with the
 /// native core's tables when it has them (and the environment does not ask for the
 /// `tokenizers` crate), the crate's tokenizer left unbuilt until needed.
-fn from_image(state: CheckpointState, payload: &[u8]) -> Result<Encoder> {
+fn from_image(state: CheckpointState, payload: &[u8], version: u8) -> Result<Encoder> {
     let mut r = Reader::new(payload);
     let image = |e: String| invalid(format!("the tokenizer: {e}"));
     let with_native = r.bool().map_err(image)?;
@@ -88,7 +90,7 @@ fn from_image(state: CheckpointState, payload: &[u8]) -> Result<Encoder> {
         return rebuild(state, tokenizer_from_json(json.as_bytes())?);
     }
     let json = r.bytes().map_err(image)?.to_vec();
-    let native = NativeBpe::read_image(&mut r).map_err(image)?;
+    let native = NativeBpe::read_image_of(&mut r, version >= 3).map_err(image)?;
     let index = TokenIndex::read(&mut r).map_err(image)?;
     if !r.is_done() {
         return Err(image("bytes after the end".into()));
@@ -282,7 +284,7 @@ impl Encoder {
                 let encoder = if version == 1 {
                     rebuild(checkpoint, tokenizer_from_json(payload)?)?
                 } else {
-                    from_image(checkpoint, payload)?
+                    from_image(checkpoint, payload, version)?
                 };
                 Ok(encoder.with_unknown_template_args(unknown_template_args))
             }
@@ -587,6 +589,41 @@ mod tests {
         assert!(
             matches!(Encoder::from_bytes(&broken), Err(Error::Load(m)) if m.contains("the tokenizer"))
         );
+    }
+
+    /// A version-2 state (the native core's image without its longest-token tables) still
+    /// reads: the tables are built, and the encoder is the one of today's state.
+    #[test]
+    fn version_2_states_are_still_read() {
+        let tmp = TempDir::new("v2");
+        tiny_checkpoint_with(&tmp.0, llama3_pre_tokenizer());
+        let enc = Encoder::from_dir(&tmp.0, None).unwrap();
+        let state = enc.to_state(false).unwrap();
+        let header_len = u64::from_le_bytes(state[10..18].try_into().unwrap()) as usize;
+        let text = enc.text_encoder().unwrap();
+        let mut image = Writer::new();
+        image.u8(1);
+        image.bytes(text.lazy_tokenizer().compressed_json().unwrap());
+        text.native()
+            .expect("the native core runs")
+            .write_image_layout(&mut image, false);
+        text.lazy_tokenizer().write_index(&mut image).unwrap();
+        let mut v2 = MAGIC.to_vec();
+        v2.push(2);
+        v2.push(0);
+        v2.extend_from_slice(&body(
+            std::str::from_utf8(&state[18..18 + header_len]).unwrap(),
+            &image.into_bytes(),
+        ));
+        let sum = checksum(&v2);
+        v2.extend_from_slice(&sum.to_le_bytes());
+        let back = Encoder::from_bytes(&v2).unwrap();
+        let options = EncodeOptions::default();
+        assert_eq!(
+            back.encode(&conversation(), &options).unwrap(),
+            enc.encode(&conversation(), &options).unwrap()
+        );
+        assert_eq!(back.to_state(false).unwrap(), state);
     }
 
     /// A state read back builds the `tokenizers` crate's tokenizer only when something needs it,

@@ -9,6 +9,9 @@
 //!   ranks. Words of up to [`SHORT_WORD`] symbols scan their pairs; longer ones use a heap of
 //!   candidate merges with lazy invalidation, as the crate does (O(n log n): a megabyte of one
 //!   character stays fast).
+//! * Byte-level words of more than [`LONGEST_FIRST`] bytes are first tokenized by their
+//!   longest tokens, a result proved equal to the merges' ([`super::backtrack`]); the merges
+//!   run when that search gives up.
 //! * `ignore_merges`: a word that is itself in the vocabulary is that one token.
 //!
 //! Merge pairs are looked up by their two ids packed in one integer; vocabulary entries by
@@ -19,6 +22,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
+use super::backtrack::{Backtrack, BacktrackScratch};
 use super::table::{InlineMap, Key, PairRanks};
 use crate::text::image::{ReadResult, Reader, Writer};
 
@@ -26,6 +30,9 @@ use crate::text::image::{ReadResult, Reader, Writer};
 pub const NONE: u32 = u32::MAX;
 /// Words of at most this many symbols merge by scanning their pairs.
 const SHORT_WORD: usize = 64;
+/// Byte-level words of more than this many bytes are tokenized by their longest tokens first
+/// ([`Backtrack`]), with the merge loop when that is refused.
+const LONGEST_FIRST: usize = 4;
 
 /// What the model's symbols are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +66,8 @@ pub struct BpeModel {
     unk: Option<u32>,
     fuse_unk: bool,
     pub ignore_merges: bool,
+    /// Byte-level models: the longest-token path for long words.
+    backtrack: Option<Backtrack>,
 }
 
 /// A symbol of a word being merged: its id and its length in bytes of the word.
@@ -76,6 +85,7 @@ pub struct Scratch {
     prev: Vec<u32>,
     next: Vec<u32>,
     heap: BinaryHeap<Reverse<(u32, u32)>>,
+    backtrack: BacktrackScratch,
 }
 
 /// Everything needed to build a [`BpeModel`].
@@ -192,7 +202,9 @@ impl BpeModel {
             unk,
             fuse_unk: config.fuse_unk,
             ignore_merges: config.ignore_merges,
-        })
+            backtrack: None,
+        }
+        .with_backtrack())
     }
 
     /// The id of a whole word, if the vocabulary has it.
@@ -219,8 +231,73 @@ impl BpeModel {
             .collect()
     }
 
+    /// Every token's bytes and id.
+    pub fn vocab_entries(&self) -> Vec<(Vec<u8>, u32)> {
+        self.short_vocab
+            .entries()
+            .map(|(k, id)| (k.bytes(), id as u32))
+            .chain(self.long_vocab.iter().map(|(k, &id)| (k.to_vec(), id)))
+            .collect()
+    }
+
+    /// The rank of merging `left` and `right`, if they merge.
+    #[inline]
+    pub fn pair_rank(&self, left: u32, right: u32) -> Option<u32> {
+        self.merges.get(left, right)
+    }
+
+    /// The last merge (its left id, right id and rank) of the merge loop on `bytes`, if the
+    /// loop ends in the single token `id` (`bytes` has two or more units). The loop is
+    /// [`BpeModel::merge_short`]'s.
+    pub fn derive(
+        &self,
+        bytes: &[u8],
+        id: u32,
+        symbols: &mut Vec<Symbol>,
+        ranks: &mut Vec<u32>,
+    ) -> Option<(u32, u32, u32)> {
+        symbols.clear();
+        self.initial_symbols(bytes, symbols);
+        ranks.clear();
+        ranks.extend(symbols.windows(2).map(|w| self.rank_of(w[0].id, w[1].id)));
+        let mut last = None;
+        while symbols.len() > 1 {
+            let (mut best, mut at) = (u32::MAX, 0);
+            for (i, &r) in ranks.iter().enumerate() {
+                if r < best {
+                    best = r;
+                    at = i;
+                }
+            }
+            if best == u32::MAX {
+                return None;
+            }
+            last = Some((symbols[at].id, symbols[at + 1].id, best));
+            let merged = Symbol {
+                id: self.merged[best as usize],
+                len: symbols[at].len + symbols[at + 1].len,
+            };
+            symbols[at] = merged;
+            symbols.remove(at + 1);
+            ranks.remove(at);
+            if at + 1 < symbols.len() {
+                ranks[at] = self.rank_of(merged.id, symbols[at + 1].id);
+            }
+            if at > 0 {
+                ranks[at - 1] = self.rank_of(symbols[at - 1].id, merged.id);
+            }
+        }
+        (symbols.first()?.id == id).then_some(last).flatten()
+    }
+
     /// Write the model's tables as they are laid out (see [`crate::text::image`]).
     pub fn write(&self, w: &mut Writer) {
+        self.write_layout(w, true);
+    }
+
+    /// [`BpeModel::write`], or the layout of state version 2 (without the longest-token
+    /// tables) when `with_backtrack` is false.
+    pub fn write_layout(&self, w: &mut Writer, with_backtrack: bool) {
         w.u8(match self.units {
             Units::Bytes => 0,
             Units::Chars => 1,
@@ -249,10 +326,14 @@ impl BpeModel {
         w.option(self.unk, |w, id| w.u32(id));
         w.bool(self.fuse_unk);
         w.bool(self.ignore_merges);
+        if with_backtrack {
+            w.option(self.backtrack.as_ref(), |w, b| b.write(w));
+        }
     }
 
-    /// Read a model [`BpeModel::write`] wrote.
-    pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
+    /// Read a model [`BpeModel::write`] wrote (`with_backtrack`: the image has the
+    /// longest-token tables, as since state version 3; otherwise they are built).
+    pub fn read(r: &mut Reader<'_>, with_backtrack: bool) -> ReadResult<Self> {
         let units = match r.u8()? {
             0 => Units::Bytes,
             1 => Units::Chars,
@@ -292,7 +373,7 @@ impl BpeModel {
             Ok(Box::new(ids))
         })?;
         let unk = r.option(Reader::u32)?;
-        Ok(BpeModel {
+        let mut model = BpeModel {
             units,
             long_vocab,
             short_vocab,
@@ -305,7 +386,17 @@ impl BpeModel {
             unk,
             fuse_unk: r.bool()?,
             ignore_merges: r.bool()?,
-        })
+            backtrack: None,
+        };
+        model.backtrack = if with_backtrack {
+            r.option(Backtrack::read)?
+        } else {
+            Backtrack::build(&model)
+        };
+        if model.backtrack.as_ref().is_some_and(|b| !b.fits(&model)) {
+            return Err("the longest-token tables do not match the vocabulary".into());
+        }
+        Ok(model)
     }
 
     /// Append the ids of `word` to `ids` and their byte lengths in `word` to `lens` (the
@@ -320,6 +411,47 @@ impl BpeModel {
         if word.is_empty() {
             return;
         }
+        if self.units == Units::Bytes && word.len() > LONGEST_FIRST {
+            if let Some(bt) = self.backtrack() {
+                if bt.encode(self, word, ids, lens, &mut scratch.backtrack) {
+                    return;
+                }
+            }
+        }
+        self.merge_word(word, scratch, ids, lens);
+    }
+
+    /// The model with its longest-token tables built (byte-level models).
+    fn with_backtrack(mut self) -> Self {
+        self.backtrack = Backtrack::build(&self);
+        self
+    }
+
+    /// The longest-token path of a byte-level model.
+    pub fn backtrack(&self) -> Option<&Backtrack> {
+        self.backtrack.as_ref()
+    }
+
+    /// The largest token id, and the token of each byte (byte-level models).
+    pub fn ids_and_bytes(&self) -> (u32, &[u32; 256]) {
+        let max = self
+            .short_vocab
+            .entries()
+            .map(|(_, id)| id as u32)
+            .chain(self.long_vocab.values().copied())
+            .max()
+            .unwrap_or(0);
+        (max, &self.byte_ids)
+    }
+
+    /// [`BpeModel::encode_word`] by the merge loop alone.
+    pub fn merge_word(
+        &self,
+        word: &[u8],
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+        lens: &mut Vec<u32>,
+    ) {
         let mut symbols = std::mem::take(&mut scratch.symbols);
         symbols.clear();
         self.initial_symbols(word, &mut symbols);

@@ -9,7 +9,8 @@
 //! 3. the pre-tokenizer: the known `Split` regexes of byte-level tokenizers as hand-written
 //!    scanners ([`split`], with Oniguruma's Unicode classes from [`unicode`]), or `Metaspace`;
 //!    SentencePiece-style texts are cut into independently mergeable words ([`words`]);
-//! 4. the BPE model ([`bpe`]), behind a per-thread word cache ([`cache`]).
+//! 4. the BPE model ([`bpe`]; long byte-level words by their longest tokens, [`backtrack`]),
+//!    behind a per-thread word cache ([`cache`]).
 //!
 //! Whole texts seen before come from a cache of the model's ([`texts`]).
 //!
@@ -19,6 +20,7 @@
 //! shared tokenizer (`tests/test_native_bpe.py`, the unit tests here, `fuzz/`).
 
 pub mod added;
+mod backtrack;
 pub mod bpe;
 mod cache;
 pub mod split;
@@ -196,6 +198,12 @@ impl NativeBpe {
     /// Write the built core (see [`crate::text::image`]): [`NativeBpe::read_image`] gives it
     /// back without the tokenizer, its JSON, or rebuilding its tables.
     pub fn write_image(&self, w: &mut Writer) {
+        self.write_image_layout(w, true);
+    }
+
+    /// [`NativeBpe::write_image`], or the layout of state version 2 (without the longest-token
+    /// tables, [`backtrack`]) when `with_backtrack` is false.
+    pub fn write_image_layout(&self, w: &mut Writer, with_backtrack: bool) {
         let matcher = |w: &mut Writer, m: &Option<Matcher>| match m {
             Some(m) => m.write(w),
             None => w.len(0),
@@ -228,13 +236,19 @@ impl NativeBpe {
             }
             PreTokenizer::Whole => w.u8(2),
         }
-        self.model.write(w);
+        self.model.write_layout(w, with_backtrack);
         w.option(self.cutter.as_ref(), |w, c| c.write(w));
         w.str(&self.description);
     }
 
     /// Read a core [`NativeBpe::write_image`] wrote.
     pub fn read_image(r: &mut Reader<'_>) -> ReadResult<Self> {
+        Self::read_image_of(r, true)
+    }
+
+    /// [`NativeBpe::read_image`] of an image written before the longest-token tables were
+    /// (state version 2) when `with_backtrack` is false: they are built.
+    pub fn read_image_of(r: &mut Reader<'_>, with_backtrack: bool) -> ReadResult<Self> {
         let raw_tokens = Matcher::read(r)?;
         let normalized_tokens = Matcher::read(r)?;
         let normalizer = match r.u8()? {
@@ -261,7 +275,7 @@ impl NativeBpe {
             2 => PreTokenizer::Whole,
             p => return Err(format!("unknown pre-tokenizer {p}")),
         };
-        let model = BpeModel::read(r)?;
+        let model = BpeModel::read(r, with_backtrack)?;
         let cutter = r.option(WordCutter::read)?;
         let description = r.str()?.to_string();
         Ok(Self::assemble(
