@@ -22,6 +22,25 @@ pub mod native;
 pub mod sentencepiece;
 pub mod tekken;
 
+/// A small deterministic generator (xorshift) for the randomized unit tests of the encoders.
+#[cfg(test)]
+pub(crate) struct TestRng(pub u64);
+
+#[cfg(test)]
+impl TestRng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
 pub use decode::{StreamState, TextStream, TokenText, UnknownId};
 pub use hf::HfTextEncoder;
 pub use lazy::{LazyTokenizer, TokenIndex};

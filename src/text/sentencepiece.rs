@@ -2001,19 +2001,7 @@ mod tests {
         ));
     }
 
-    /// A small deterministic generator (xorshift).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::text::TestRng as Rng;
 
     const ALPHABET: [&str; 6] = ["a", "b", "c", "\u{2581}", "\u{e9}", "x"];
 

@@ -513,19 +513,7 @@ mod tests {
 
     use crate::text::native::bpe::{BpeConfig, Scratch};
 
-    /// A small deterministic generator (xorshift).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::text::TestRng as Rng;
 
     /// A random byte-level model over the letters `a`..`d`: merges of random pairs of tokens,
     /// some of them producing a token another merge already produces, listed in an order

@@ -258,36 +258,10 @@ impl BpeModel {
     ) -> Option<(u32, u32, u32)> {
         symbols.clear();
         self.initial_symbols(bytes, symbols);
-        ranks.clear();
-        ranks.extend(symbols.windows(2).map(|w| self.rank_of(w[0].id, w[1].id)));
-        let mut last = None;
-        while symbols.len() > 1 {
-            let (mut best, mut at) = (u32::MAX, 0);
-            for (i, &r) in ranks.iter().enumerate() {
-                if r < best {
-                    best = r;
-                    at = i;
-                }
-            }
-            if best == u32::MAX {
-                return None;
-            }
-            last = Some((symbols[at].id, symbols[at + 1].id, best));
-            let merged = Symbol {
-                id: self.merged[best as usize],
-                len: symbols[at].len + symbols[at + 1].len,
-            };
-            symbols[at] = merged;
-            symbols.remove(at + 1);
-            ranks.remove(at);
-            if at + 1 < symbols.len() {
-                ranks[at] = self.rank_of(merged.id, symbols[at + 1].id);
-            }
-            if at > 0 {
-                ranks[at - 1] = self.rank_of(symbols[at - 1].id, merged.id);
-            }
-        }
-        (symbols.first()?.id == id).then_some(last).flatten()
+        let last = self.merge_short(symbols, ranks);
+        (symbols.len() == 1 && symbols[0].id == id)
+            .then_some(last)
+            .flatten()
     }
 
     /// Write the model's tables as they are laid out (see [`crate::text::image`]).
@@ -527,10 +501,16 @@ impl BpeModel {
         self.merges.get(left, right).unwrap_or(u32::MAX)
     }
 
-    /// Merge a short word: find the lowest-ranked pair, leftmost first, merge, repeat.
-    fn merge_short(&self, symbols: &mut Vec<Symbol>, ranks: &mut Vec<u32>) {
+    /// Merge a short word: find the lowest-ranked pair, leftmost first, merge, repeat. Returns
+    /// the last merge made (its left id, right id and rank).
+    fn merge_short(
+        &self,
+        symbols: &mut Vec<Symbol>,
+        ranks: &mut Vec<u32>,
+    ) -> Option<(u32, u32, u32)> {
+        let mut last = None;
         if symbols.len() < 2 {
-            return;
+            return last;
         }
         ranks.clear();
         ranks.extend(symbols.windows(2).map(|w| self.rank_of(w[0].id, w[1].id)));
@@ -546,6 +526,7 @@ impl BpeModel {
             if best == u32::MAX {
                 break;
             }
+            last = Some((symbols[at].id, symbols[at + 1].id, best));
             let merged = Symbol {
                 id: self.merged[best as usize],
                 len: symbols[at].len + symbols[at + 1].len,
@@ -560,6 +541,7 @@ impl BpeModel {
                 ranks[at - 1] = self.rank_of(symbols[at - 1].id, merged.id);
             }
         }
+        last
     }
 
     /// Merge a long word with a heap of candidate merges ordered by (rank, position), skipping
