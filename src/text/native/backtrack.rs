@@ -72,8 +72,6 @@ pub struct Backtrack {
     /// The offset of the node after the root by two bytes (`b0 << 8 | b1`), or [`NONE`]:
     /// 256 KiB that stay in cache, for the first two steps of every walk.
     root2: Vec<u32>,
-    /// By byte: its token.
-    bytes: [u32; 256],
     /// By token id.
     derivations: Vec<Derivation>,
     /// This table's number, which a thread's pair memo is kept for ([`BacktrackScratch`]).
@@ -93,6 +91,9 @@ impl Backtrack {
         let mut tokens: Vec<(Vec<u8>, u32)> = model.vocab_entries();
         tokens.sort_unstable_by_key(|(_, id)| *id);
         let max_id = tokens.last()?.1;
+        if max_id >= NO_TOKEN {
+            return None;
+        }
         let mut derivations = vec![
             Derivation {
                 rank: u32::MAX,
@@ -104,7 +105,9 @@ impl Backtrack {
             max_id as usize + 1
         ];
         // Derive every token; (rank, id) of the usable candidates, to check in rank order.
+        // Single bytes are usable.
         let mut order: Vec<(u32, u32)> = Vec::with_capacity(tokens.len());
+        let mut usable = vec![false; max_id as usize + 1];
         let (mut symbols, mut ranks) = (Vec::new(), Vec::new());
         for (bytes, id) in &tokens {
             let d = &mut derivations[*id as usize];
@@ -113,6 +116,7 @@ impl Backtrack {
                 d.rank = 0;
                 d.left = *id;
                 d.right = *id;
+                usable[*id as usize] = true;
                 continue;
             }
             if let Some((left, right, rank)) = model.derive(bytes, *id, &mut symbols, &mut ranks) {
@@ -123,12 +127,6 @@ impl Backtrack {
             }
         }
         // A derived token is usable if its last merge outranks its halves' and they are usable.
-        let mut usable = vec![false; max_id as usize + 1];
-        for (bytes, id) in &tokens {
-            if bytes.len() == 1 {
-                usable[*id as usize] = true;
-            }
-        }
         order.sort_unstable();
         for &(_, id) in &order {
             let d = derivations[id as usize];
@@ -151,9 +149,6 @@ impl Backtrack {
             .map(|(b, id)| (b.as_slice(), *id))
             .collect();
         sorted.sort_unstable();
-        if max_id >= NO_TOKEN {
-            return None;
-        }
         // Nodes in the order they are made, which is depth first: (token, children).
         let mut nodes: Vec<(u32, Vec<(u8, u32)>)> = vec![(NO_TOKEN, Vec::new())];
         // Along the previous token: the node after each prefix, and the longest usable token
@@ -196,14 +191,12 @@ impl Backtrack {
         let mut bt = Backtrack {
             trie,
             root2: Vec::new(),
-            bytes: [NONE; 256],
             derivations,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         };
         let mut root2 = vec![NONE; 1 << 16];
         for b0 in 0..=255u8 {
             let first = bt.child(0, b0)?;
-            bt.bytes[b0 as usize] = bt.trie[first as usize] & NO_TOKEN;
             for b1 in 0..=255u8 {
                 if let Some(node) = bt.child(first, b1) {
                     root2[(b0 as usize) << 8 | b1 as usize] = node;
@@ -218,7 +211,6 @@ impl Backtrack {
     pub fn write(&self, w: &mut Writer) {
         w.u32s(&self.trie);
         w.u32s(&self.root2);
-        w.u32s(&self.bytes);
         let field = |f: fn(&Derivation) -> u32| self.derivations.iter().map(f).collect::<Vec<_>>();
         w.u32s(&field(|d| d.rank));
         w.u32s(&field(|d| d.left));
@@ -232,10 +224,6 @@ impl Backtrack {
     pub fn read(r: &mut Reader<'_>) -> ReadResult<Self> {
         let trie = r.u32s()?;
         let root2 = r.u32s()?;
-        let bytes: [u32; 256] = r
-            .u32s()?
-            .try_into()
-            .map_err(|_| "the trie's byte table does not have 256 entries".to_string())?;
         let (rank, left, right, len, shorter) =
             (r.u32s()?, r.u32s()?, r.u32s()?, r.u32s()?, r.u32s()?);
         let n = rank.len();
@@ -294,25 +282,27 @@ impl Backtrack {
             || trie.is_empty()
             || !children_ok
             || !root2.iter().all(|&o| o == NONE || node(o))
-            || !bytes.iter().all(|&b| usable(b))
         {
             return Err("the trie is inconsistent".into());
         }
         Ok(Backtrack {
             trie,
             root2,
-            bytes,
             derivations,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 
-    /// Whether tables read from an image belong to `model` (its ids and bytes).
+    /// Whether tables read from an image belong to `model`: a byte-level model with as many
+    /// ids, whose byte tokens are single-byte tokens here.
     pub fn fits(&self, model: &BpeModel) -> bool {
-        let (max_id, bytes) = model.ids_and_bytes();
         model.units == Units::Bytes
-            && self.derivations.len() == max_id as usize + 1
-            && &self.bytes == bytes
+            && self.derivations.len() == model.max_id() as usize + 1
+            && (0..=255u8).all(|b| {
+                self.derivations
+                    .get(model.byte_id(b) as usize)
+                    .is_some_and(|d| d.rank == 0 && d.len == 1)
+            })
     }
 
     /// The offset of the child of the node at `node` by `byte`, if the trie has it.
@@ -337,8 +327,8 @@ impl Backtrack {
 
     /// The longest usable token `text` starts with, and its length (`text` is not empty).
     #[inline]
-    fn longest(&self, text: &[u8]) -> (u32, usize) {
-        let first = self.bytes[text[0] as usize];
+    fn longest(&self, model: &BpeModel, text: &[u8]) -> (u32, usize) {
+        let first = model.byte_id(text[0]);
         let Some(&b1) = text.get(1) else {
             return (first, 1);
         };
@@ -435,7 +425,7 @@ impl Backtrack {
         dead.resize(n / 64 + 1, 0);
         let mut budget = 4 * n + 64;
         let mut pos = 0;
-        let mut next = self.longest(word).0;
+        let mut next = self.longest(model, word).0;
         while pos < n {
             let mut token = next;
             let last = (ids.len() > start).then(|| ids[ids.len() - 1]);
@@ -455,7 +445,7 @@ impl Backtrack {
                     lens.push(len as u32);
                     pos = end;
                     if pos < n {
-                        next = self.longest(&word[pos..]).0;
+                        next = self.longest(model, &word[pos..]).0;
                     }
                     break;
                 }

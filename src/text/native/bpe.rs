@@ -224,11 +224,7 @@ impl BpeModel {
 
     /// The texts of all tokens (to find where texts may be cut into words, [`super::words`]).
     pub fn vocab_texts(&self) -> Vec<Vec<u8>> {
-        self.short_vocab
-            .entries()
-            .map(|(k, _)| k.bytes())
-            .chain(self.long_vocab.keys().map(|k| k.to_vec()))
-            .collect()
+        self.vocab_entries().into_iter().map(|(b, _)| b).collect()
     }
 
     /// Every token's bytes and id.
@@ -385,7 +381,8 @@ impl BpeModel {
         if word.is_empty() {
             return;
         }
-        if self.units == Units::Bytes && word.len() > LONGEST_FIRST {
+        if word.len() > LONGEST_FIRST {
+            // (only byte-level models have the tables)
             if let Some(bt) = self.backtrack() {
                 if bt.encode(self, word, ids, lens, &mut scratch.backtrack) {
                     return;
@@ -406,16 +403,20 @@ impl BpeModel {
         self.backtrack.as_ref()
     }
 
-    /// The largest token id, and the token of each byte (byte-level models).
-    pub fn ids_and_bytes(&self) -> (u32, &[u32; 256]) {
-        let max = self
-            .short_vocab
+    /// The largest token id.
+    pub fn max_id(&self) -> u32 {
+        self.short_vocab
             .entries()
             .map(|(_, id)| id as u32)
             .chain(self.long_vocab.values().copied())
             .max()
-            .unwrap_or(0);
-        (max, &self.byte_ids)
+            .unwrap_or(0)
+    }
+
+    /// The token of a byte (byte-level models; `NONE` for others).
+    #[inline]
+    pub fn byte_id(&self, b: u8) -> u32 {
+        self.byte_ids[b as usize]
     }
 
     /// [`BpeModel::encode_word`] by the merge loop alone.
