@@ -486,10 +486,15 @@ mod tests {
         assert!(back.explain().contains("tekken.json"));
     }
 
-    /// A version-2 state around `body` (uncompressed), with a valid checksum.
+    /// A state of today's version around `body` (uncompressed), with a valid checksum.
     fn framed(body: &[u8]) -> Vec<u8> {
+        framed_as(STATE_VERSION, body)
+    }
+
+    /// A state of `version` (2 or later) around `body` (uncompressed), with a valid checksum.
+    fn framed_as(version: u8, body: &[u8]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
-        out.push(STATE_VERSION);
+        out.push(version);
         out.push(0);
         out.extend_from_slice(body);
         let sum = checksum(&out);
@@ -608,15 +613,13 @@ mod tests {
             .expect("the native core runs")
             .write_image_layout(&mut image, false);
         text.lazy_tokenizer().write_index(&mut image).unwrap();
-        let mut v2 = MAGIC.to_vec();
-        v2.push(2);
-        v2.push(0);
-        v2.extend_from_slice(&body(
-            std::str::from_utf8(&state[18..18 + header_len]).unwrap(),
-            &image.into_bytes(),
-        ));
-        let sum = checksum(&v2);
-        v2.extend_from_slice(&sum.to_le_bytes());
+        let v2 = framed_as(
+            2,
+            &body(
+                std::str::from_utf8(&state[18..18 + header_len]).unwrap(),
+                &image.into_bytes(),
+            ),
+        );
         let back = Encoder::from_bytes(&v2).unwrap();
         let options = EncodeOptions::default();
         assert_eq!(

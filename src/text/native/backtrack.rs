@@ -126,7 +126,8 @@ impl Backtrack {
                 order.push((rank, *id));
             }
         }
-        // A derived token is usable if its last merge outranks its halves' and they are usable.
+        // A derived token is usable if its last merge outranks its halves' and they are usable
+        // (and are its bytes, which the merge table implies: checked, as on reading).
         order.sort_unstable();
         for &(_, id) in &order {
             let d = derivations[id as usize];
@@ -134,7 +135,8 @@ impl Backtrack {
             usable[id as usize] = usable[d.left as usize]
                 && usable[d.right as usize]
                 && d.rank > l.rank
-                && d.rank > r.rank;
+                && d.rank > r.rank
+                && d.len == l.len + r.len;
         }
         for (i, d) in derivations.iter_mut().enumerate() {
             if !usable[i] {
@@ -255,8 +257,8 @@ impl Backtrack {
                 && if d.rank == 0 {
                     d.len == 1
                 } else {
-                    d.rank > derivations[d.left as usize].rank
-                        && d.rank > derivations[d.right as usize].rank
+                    let (l, r) = (derivations[d.left as usize], derivations[d.right as usize]);
+                    d.rank > l.rank && d.rank > r.rank && d.len == l.len + r.len
                 };
             if !ok {
                 return Err("a derivation is inconsistent".into());
