@@ -1,6 +1,7 @@
 //! Parallel encoding of many conversations into one flat, columnar batch:
 //! [`Encoder::encode_batch`] and [`Encoder::encode_batch_with`] live here, above the encoder.
 
+use std::ops::{Deref, Range};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use rayon::prelude::*;
@@ -115,7 +116,7 @@ impl Encoder {
             num_threads,
             ..Default::default()
         };
-        encode_batch(self, conversations, options, &batch_options)
+        self.encode_batch_with(conversations, options, &batch_options)
     }
 
     /// [`Encoder::encode_batch`] with training columns, truncation and error collection
@@ -126,7 +127,27 @@ impl Encoder {
         options: &EncodeOptions,
         batch_options: &BatchOptions,
     ) -> Result<Batch> {
-        encode_batch(self, conversations, options, batch_options)
+        encode_batch(
+            self,
+            conversations.len(),
+            |range| &conversations[range],
+            options,
+            batch_options,
+        )
+    }
+
+    /// [`Encoder::encode_batch_with`] of `total` conversations that `window` gives a window at a
+    /// time (`window(range)` is called for consecutive ranges, each dropped before the next is
+    /// asked for): a caller that converts its conversations into [`Message`]s can convert them
+    /// as they are needed instead of holding all of them converted (the Python binding does).
+    pub fn encode_batch_from<C: BatchItem, W: Deref<Target = [C]>>(
+        &self,
+        total: usize,
+        window: impl FnMut(Range<usize>) -> W,
+        options: &EncodeOptions,
+        batch_options: &BatchOptions,
+    ) -> Result<Batch> {
+        encode_batch(self, total, window, options, batch_options)
     }
 
     /// Encode prompts rendered outside the core ([`Encoder::encode_rendered`]: the jinja2
@@ -152,79 +173,149 @@ impl Encoder {
     }
 }
 
-/// Encode `conversations` in parallel; an `Err` item is a conversation the caller already
-/// found malformed (it is raised or collected like any other error).
-fn encode_batch<C: BatchItem>(
+/// Chunks per thread in a window: the window's buffers stay small beside the batch (about
+/// a thousand conversations per thread), and a thread waits at the window's end for at most
+/// one chunk of another.
+const WINDOW_CHUNKS_PER_THREAD: usize = 64;
+
+/// Encode `total` conversations, which `window` gives a window at a time, in parallel; an
+/// `Err` item is a conversation the caller already found malformed (it is raised or collected
+/// like any other error).
+///
+/// The threads encode a window's chunks, then the window is appended to the batch, so the ids
+/// are held once (in the batch, whose spare capacity is never touched) plus one window's, not
+/// twice, and a caller that converts conversations for `window` holds two windows of them
+/// (the one being encoded, and the next, which it converts meanwhile).
+fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
     encoder: &Encoder,
-    conversations: &[C],
+    total: usize,
+    mut window: impl FnMut(Range<usize>) -> W,
     options: &EncodeOptions,
     batch_options: &BatchOptions,
 ) -> Result<Batch> {
-    let training = &batch_options.training;
-    let work = || -> Vec<Chunk> {
-        conversations
-            .par_chunks(CHUNK)
-            .enumerate()
-            .map(|(chunk_index, chunk)| {
-                let mut out = Chunk::default();
-                for (j, conversation) in chunk.iter().enumerate() {
-                    let index = chunk_index * CHUNK + j;
-                    let encoded = conversation
-                        .messages()
-                        .map_err(|e| Error::Template(e.clone()))
-                        .and_then(|messages| {
-                            encode_for_training(encoder, messages, options, training)
-                        });
-                    match encoded {
-                        Ok(chat) => {
-                            out.ids.extend_from_slice(&chat.ids);
-                            out.mask.extend_from_slice(&chat.mask);
-                            if let Some(t) = chat.truncation {
-                                out.truncations.push((index, t));
-                            }
-                        }
-                        Err(Error::Template(t)) if batch_options.on_error == OnError::Collect => {
-                            out.errors.push((index, t));
-                        }
-                        Err(Error::Template(t)) => {
-                            out.failed = Some(Error::Template(t.in_conversation(index)));
-                            break;
-                        }
-                        Err(other) => {
-                            out.failed = Some(other);
-                            break;
-                        }
-                    }
-                    out.ends.push(out.ids.len());
-                }
-                out
-            })
-            .collect()
-    };
-    let mut chunks = install(batch_options.num_threads, work)?;
-    // The first failure in conversation order, whichever thread met it first.
-    if let Some(failed) = chunks.iter_mut().find_map(|c| c.failed.take()) {
-        return Err(failed);
-    }
-    let total: usize = chunks.iter().map(|c| c.ids.len()).sum();
+    let size = CHUNK * WINDOW_CHUNKS_PER_THREAD * pool_size(batch_options.num_threads)?;
     let mut batch = Batch {
-        ids: Vec::with_capacity(total),
-        offsets: Vec::with_capacity(conversations.len() + 1),
-        mask: Vec::with_capacity(if training.mask { total } else { 0 }),
+        offsets: Vec::with_capacity(total + 1),
         ..Default::default()
     };
     batch.offsets.push(0);
-    for chunk in chunks {
-        let base = batch.ids.len();
-        batch
-            .offsets
-            .extend(chunk.ends.iter().map(|&end| (base + end) as i64));
-        batch.ids.extend_from_slice(&chunk.ids);
-        batch.mask.extend_from_slice(&chunk.mask);
-        batch.truncations.extend(chunk.truncations);
-        batch.errors.extend(chunk.errors);
+    let mut start = 0;
+    let mut part = (total > 0).then(|| window(0..total.min(size)));
+    while let Some(current) = part.take() {
+        let end = total.min(start + size);
+        let items: &[C] = &current;
+        let encode = || {
+            install(batch_options.num_threads, || {
+                items
+                    .par_chunks(CHUNK)
+                    .enumerate()
+                    .map(|(c, chunk)| {
+                        encode_chunk(encoder, chunk, start + c * CHUNK, options, batch_options)
+                    })
+                    .collect::<Vec<Chunk>>()
+            })
+        };
+        // The threads encode this window while this thread gets the next one (a caller that
+        // converts conversations converts the next window meanwhile).
+        let (encoded, next) = if end < total {
+            std::thread::scope(|s| {
+                let encoding = s.spawn(encode);
+                let next = window(end..total.min(end + size));
+                let encoded = encoding
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (encoded, Some(next))
+            })
+        } else {
+            (encode(), None)
+        };
+        let mut chunks = encoded?;
+        drop(current);
+        part = next;
+        // The first failure in conversation order, whichever thread met it first.
+        if let Some(failed) = chunks.iter_mut().find_map(|c| c.failed.take()) {
+            return Err(failed);
+        }
+        for chunk in chunks {
+            let base = batch.ids.len();
+            batch
+                .offsets
+                .extend(chunk.ends.iter().map(|&end| (base + end) as i64));
+            batch.ids.extend_from_slice(&chunk.ids);
+            batch.mask.extend_from_slice(&chunk.mask);
+            batch.truncations.extend(chunk.truncations);
+            batch.errors.extend(chunk.errors);
+        }
+        if start == 0 && end < total {
+            reserve_for_rest(&mut batch, end, total);
+        }
+        start = end;
     }
+    batch.ids.shrink_to_fit();
+    batch.mask.shrink_to_fit();
     Ok(batch)
+}
+
+/// Bytes above which glibc's `malloc` always maps memory of its own (its largest mmap
+/// threshold, 32 MiB), plus a page.
+const MAPPED: usize = (32 << 20) + 4096;
+
+/// After the first window (`done` of `total` conversations), reserve room for the whole batch:
+/// the first window's tokens per conversation for every conversation, and a quarter more, and
+/// at least [`MAPPED`] bytes, so that the buffer is memory of its own. Growing it by
+/// doubling would copy the ids each time, and with glibc's allocator the freed copies can stay
+/// in the process; memory of its own grows and shrinks in place (`mremap`), and the room not
+/// used is never touched, so never resident, and is given back at the end.
+fn reserve_for_rest(batch: &mut Batch, done: usize, total: usize) {
+    let per_conversation = batch.ids.len() as f64 / done.max(1) as f64;
+    let expected = (per_conversation * total as f64 * 1.25) as usize;
+    let room = |len: usize, size: usize| expected.max(MAPPED / size).saturating_sub(len);
+    batch.ids.reserve_exact(room(batch.ids.len(), 4));
+    if !batch.mask.is_empty() {
+        batch.mask.reserve_exact(room(batch.mask.len(), 1));
+    }
+}
+
+/// Encode one chunk of conversations, the first of which is conversation `first`.
+fn encode_chunk<C: BatchItem>(
+    encoder: &Encoder,
+    chunk: &[C],
+    first: usize,
+    options: &EncodeOptions,
+    batch_options: &BatchOptions,
+) -> Chunk {
+    let mut out = Chunk::default();
+    for (j, conversation) in chunk.iter().enumerate() {
+        let index = first + j;
+        let encoded = conversation
+            .messages()
+            .map_err(|e| Error::Template(e.clone()))
+            .and_then(|messages| {
+                encode_for_training(encoder, messages, options, &batch_options.training)
+            });
+        match encoded {
+            Ok(chat) => {
+                out.ids.extend_from_slice(&chat.ids);
+                out.mask.extend_from_slice(&chat.mask);
+                if let Some(t) = chat.truncation {
+                    out.truncations.push((index, t));
+                }
+            }
+            Err(Error::Template(t)) if batch_options.on_error == OnError::Collect => {
+                out.errors.push((index, t));
+            }
+            Err(Error::Template(t)) => {
+                out.failed = Some(Error::Template(t.in_conversation(index)));
+                break;
+            }
+            Err(other) => {
+                out.failed = Some(other);
+                break;
+            }
+        }
+        out.ends.push(out.ids.len());
+    }
+    out
 }
 
 /// The output of one parallel task.

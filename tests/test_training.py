@@ -206,3 +206,36 @@ def test_generic_path_masks_bodies_with_the_generation_prompt_rule():
     theirs = native.enc.encode(CHAT, return_assistant_mask=True)
     assert np.array_equal(ours.ids, theirs.ids)
     assert np.array_equal(ours.assistant_mask, theirs.assistant_mask)
+
+
+def test_batches_of_several_windows_equal_single_encodes_and_name_late_errors():
+    """A batch is encoded a window of 1,024 conversations per thread at a time (converted from
+    Python as each window is reached): ids, offsets, masks, truncations and errors of a batch of
+    several windows are those of its conversations one by one, and an error in a late window
+    names its conversation."""
+    m = load_model("qwen2.5-7b-instruct")
+    variants = [CHAT, CHAT[:3], CHAT[:5], [{"role": "user", "content": "z" * 30}, {"role": "assistant", "content": "ok"}]]
+    convs = [variants[i % len(variants)] for i in range(2600)]
+    limit = len(m.enc.encode(CHAT)) - 1
+    bad = [{"role": "user"}]  # no content
+    convs[2500] = bad
+    batch = m.enc.encode_batch(
+        convs, num_threads=1, return_assistant_mask=True, max_length=limit, truncation="right", on_error="collect"
+    )
+    assert sorted(batch.errors) == [2500] and "message 0" in batch.errors[2500]
+    assert sorted(batch.truncations) == [i for i in range(2600) if i % 4 == 0 and i != 2500]
+    singles = {}
+    for i, conv in enumerate(convs):
+        if i == 2500:
+            assert len(batch[i]) == 0
+            continue
+        key = i % 4
+        if key not in singles:
+            singles[key] = m.enc.encode(conv, return_assistant_mask=True, max_length=limit, truncation="right")
+        assert np.array_equal(batch[i], singles[key].ids)
+        start = batch.offsets[i]
+        assert np.array_equal(batch.assistant_mask[start : start + len(batch[i])], singles[key].assistant_mask)
+    two = m.enc.encode_batch(convs, num_threads=2, max_length=limit, truncation="right", on_error="collect")
+    assert np.array_equal(two.ids, batch.ids) and np.array_equal(two.offsets, batch.offsets)
+    with pytest.raises(chatids.ChatTemplateError, match="^conversation 2500, message 0"):
+        m.enc.encode_batch(convs, num_threads=1, max_length=limit, truncation="right")

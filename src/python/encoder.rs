@@ -474,14 +474,20 @@ impl PyEncoder {
         )
         .map_err(|e| to_py_err(e.into()))?;
         let jinja = self.inner.is_jinja();
-        let convs: Vec<Result<Vec<Message>, TemplateError>> = items
-            .iter()
-            .map(|conv| messages_from_py(conv, jinja))
-            .collect();
+        let items: Vec<Py<PyAny>> = items.into_iter().map(Bound::unbind).collect();
+        // Converted a window at a time, as the batch asks (it holds one window converted).
+        let convert = |range: std::ops::Range<usize>| {
+            Python::attach(|py| {
+                items[range]
+                    .iter()
+                    .map(|conv| messages_from_py(conv.bind(py), jinja))
+                    .collect::<Vec<Result<Vec<Message>, TemplateError>>>()
+            })
+        };
         let batch = py.detach(|| {
             guarded(|| {
                 self.inner
-                    .encode_batch_with(&convs, &options.encode, &options.batch)
+                    .encode_batch_from(items.len(), convert, &options.encode, &options.batch)
             })
         })?;
         Ok((
