@@ -137,9 +137,11 @@ impl Encoder {
     }
 
     /// [`Encoder::encode_batch_with`] of `total` conversations that `window` gives a window at a
-    /// time (`window(range)` is called for consecutive ranges, each dropped before the next is
-    /// asked for): a caller that converts its conversations into [`Message`]s can convert them
-    /// as they are needed instead of holding all of them converted (the Python binding does).
+    /// time: `window(range)` is called for consecutive ranges, in order, on the calling thread,
+    /// and returns exactly the conversations of that range (the offsets and the indices of
+    /// errors count them); it is asked for the next window while the current one is encoded.
+    /// A caller that converts its conversations into [`Message`]s can so convert them as they
+    /// are needed instead of holding all of them converted (the Python binding does).
     pub fn encode_batch_from<C: BatchItem, W: Deref<Target = [C]>>(
         &self,
         total: usize,
