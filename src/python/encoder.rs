@@ -475,7 +475,8 @@ impl PyEncoder {
         .map_err(|e| to_py_err(e.into()))?;
         let jinja = self.inner.is_jinja();
         let items: Vec<Py<PyAny>> = items.into_iter().map(Bound::unbind).collect();
-        // Converted a window at a time, as the batch asks (it holds one window converted).
+        // Converted a window at a time, as the batch asks (it holds two: the one being encoded
+        // and the next, converted meanwhile).
         let convert = |range: std::ops::Range<usize>| {
             Python::attach(|py| {
                 items[range]
