@@ -240,6 +240,45 @@ def test_every_scalar_value_in_context(name: str) -> None:
         compare(name, texts, "scalars", starts=context in ("{}", "a{}b"))
 
 
+def _not_nfc_texts() -> list[str]:
+    """Texts NFC changes: every scalar value NFC maps to something else (by Python's tables),
+    alone and in context, and the cases of the normalization's alignments: marks that compose,
+    reorder, expand (one character to two) or follow an added token, Hangul jamo, and
+    characters newer than the crate's Unicode 9 tables."""
+    import unicodedata
+
+    changed = [chr(cp) for cp in range(0x110000)
+               if not 0xD800 <= cp <= 0xDFFF and unicodedata.normalize("NFC", chr(cp)) != chr(cp)]
+    cases = [
+        "e\u0301", "Cafe\u0301 au lait", "a\u0316\u0301b", "a\u0301\u0316b", "o\u0308\u0304 x",
+        "\u1100\u1161\u11a8 \u1100\u1161", "\u0344\u0344a", "\u0f73\u0f75", "\ufb2c\ufb2d",
+        "\u0958\u0959 \u0915\u093c", "\u2126\u212b", "\uf900\uf901 \u8c48", "\U0002f800\U0002f801",
+        "\u0301start", " \u0301", "\u0301\u0301\u0301e", "A\u030a\u0327\u0301",
+        "<|im_end|>\u0301", "<|im_end|>e\u0301<|im_start|>", "\u0301<|im_end|>\u0301",
+        "<|endoftext|>\u0344", "e\u0301" * 40, "\U0001e900\U0001e944 e\u0301",
+        "\u0d00\u0d3b e\u0301", "\U00011f00\U00011f41a\u0301", "x\u0334\u0301\u0327y",
+        "日本\u3099\u304b\u3099", "\u304b\u3099\u309a", "1\u20dd\u0301 2",
+    ]
+    texts = cases + changed
+    texts += [context.replace("{}", c) for c in changed for context in ("a{}b", " {}\u0301", "\u0301{}e\u0301")]
+    return texts
+
+
+@pytest.mark.parametrize("name", TOKENIZER_NAMES)
+def test_text_that_is_not_nfc(name: str) -> None:
+    """Qwen2's NFC runs in the native core (issue 23): text NFC changes is normalized there, by
+    the crate's own tables, and its token starts follow the crate's alignments; the PyPI
+    ``tokenizers`` package is the second reference for the ids."""
+    texts = _not_nfc_texts()
+    compare(name, texts, "not NFC")
+    tokenizers = pytest.importorskip("tokenizers")
+    enc = native(name)
+    reference = tokenizers.Tokenizer.from_str(enc._core.tokenizer_json())
+    for text in texts[:: 1 if support.full_conformance() else 7]:
+        ids, _ = enc._core._encode_text(text, "native", True, True, False)
+        assert ids == reference.encode(text, add_special_tokens=False).ids, f"{name}: {text!r}"
+
+
 WHITESPACE = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x85", "\xa0", "\u1680", "\u2000", "\u2009", "\u200a",
               "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\u200b", "\u180e", "\ufeff", "\u2581"]
 

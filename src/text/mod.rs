@@ -255,8 +255,7 @@ impl Selected {
     }
 
     /// The indices of the `texts` whose ids (and token starts, with `with_starts`) differ
-    /// between the native core and the `tokenizers` crate. Texts the native core hands to the
-    /// crate ([`NativeBpe::handles`]) are skipped: both sides would be the crate.
+    /// between the native core and the `tokenizers` crate.
     pub fn differences(
         &self,
         texts: &[&str],
@@ -268,9 +267,6 @@ impl Selected {
         let mut out = Vec::new();
         let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, text) in texts.iter().enumerate() {
-            if !native.handles(text) {
-                continue;
-            }
             a.clear();
             b.clear();
             sa.clear();
@@ -291,12 +287,13 @@ impl Selected {
 }
 
 impl Selected {
-    /// The encoder for `text`: the native core where it applies, else the crate.
+    /// The encoder that runs: the native core where it applies to the tokenizer, else the
+    /// crate.
     #[inline]
-    fn pick(&self, text: &str) -> Result<&dyn TextEncoder> {
+    fn pick(&self) -> Result<&dyn TextEncoder> {
         match &self.native {
-            Some(n) if n.handles(text) => Ok(n),
-            _ => Ok(self.hf()?),
+            Some(n) => Ok(n),
+            None => Ok(self.hf()?),
         }
     }
 }
@@ -304,7 +301,7 @@ impl Selected {
 impl TextEncoder for Selected {
     #[inline]
     fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) -> Result<()> {
-        self.pick(text)?.encode(text, options, ids)
+        self.pick()?.encode(text, options, ids)
     }
 
     fn encode_with_starts(
@@ -314,7 +311,6 @@ impl TextEncoder for Selected {
         ids: &mut Vec<u32>,
         starts: &mut Vec<usize>,
     ) -> Result<()> {
-        self.pick(text)?
-            .encode_with_starts(text, options, ids, starts)
+        self.pick()?.encode_with_starts(text, options, ids, starts)
     }
 }

@@ -4,8 +4,8 @@
 //! The pipeline has the crate's stages, one module each:
 //!
 //! 1. added tokens found in the text ([`added`]), in raw text and then in normalized text;
-//! 2. the normalizer: none, NFC (text that is not already NFC goes to the crate instead), or
-//!    SentencePiece-style `▁` for spaces ([`Normalizer`]);
+//! 2. the normalizer: none, NFC (the crate's own Unicode 9 tables, with the crate's alignments
+//!    for token starts), or SentencePiece-style `▁` for spaces ([`Normalizer`]);
 //! 3. the pre-tokenizer: the known `Split` regexes of byte-level tokenizers as hand-written
 //!    scanners ([`split`], with Oniguruma's Unicode classes from [`unicode`]), or `Metaspace`;
 //!    SentencePiece-style texts are cut into independently mergeable words ([`words`]);
@@ -48,8 +48,8 @@ use super::TextOptions;
 enum Normalizer {
     /// None (or an empty sequence).
     Identity,
-    /// NFC: text already in NFC (the quick check says yes) is unchanged; other text is left to
-    /// the `tokenizers` crate.
+    /// NFC: text already in NFC (the quick check says yes) is unchanged; other text goes
+    /// through [`nfc`], the normalization the `tokenizers` crate runs.
     Nfc,
     /// `Replace(" ", "▁")`, after `Prepend("▁")` (of a non-empty text) when `prepend`.
     SpacesToMeta { prepend: bool },
@@ -149,7 +149,7 @@ impl NativeBpe {
                     .collect::<Vec<_>>()
                     .join(" + "),
                 if normalizer == Normalizer::Nfc {
-                    ", NFC; text that is not already NFC goes to the tokenizers crate"
+                    ", NFC"
                 } else {
                     ""
                 }
@@ -293,16 +293,7 @@ impl NativeBpe {
         &self.description
     }
 
-    /// Whether the native core encodes `text` itself (else the caller uses the crate): false
-    /// only for text an NFC normalizer would change.
-    #[inline]
-    pub fn handles(&self, text: &str) -> bool {
-        self.normalizer != Normalizer::Nfc
-            || text.is_ascii()
-            || is_nfc_quick(text.chars()) == IsNormalized::Yes
-    }
-
-    /// Append the ids of `text` (which [`NativeBpe::handles`]).
+    /// Append the ids of `text`.
     pub fn encode(&self, text: &str, options: TextOptions, ids: &mut Vec<u32>) {
         self.texts.encode(text, options, ids, |ids| {
             self.run(text, options, Out { ids, starts: None })
@@ -430,8 +421,29 @@ impl Context<'_> {
     /// the normalized added tokens in it, and pre-tokenize the rest.
     fn normalize(&mut self, text: &str, base: usize, out: &mut Out<'_>) {
         match self.bpe.normalizer {
-            Normalizer::Identity | Normalizer::Nfc => {
+            Normalizer::Identity => self.find_normalized_tokens(text, Origin::Shift(base), out),
+            Normalizer::Nfc if is_nfc(text) => {
                 self.find_normalized_tokens(text, Origin::Shift(base), out)
+            }
+            Normalizer::Nfc => {
+                let mut normalized = std::mem::take(&mut self.buffers.normalized);
+                let mut origins = std::mem::take(&mut self.buffers.normalized_origins);
+                nfc(
+                    text,
+                    base,
+                    &mut normalized,
+                    out.wants_starts().then_some(&mut origins),
+                );
+                // Without starts, only `origin.at(0)` is read (is the piece at the text's
+                // start?), and NFC keeps a piece's first character where it was.
+                let origin = if out.wants_starts() {
+                    Origin::Table(&origins)
+                } else {
+                    Origin::Shift(base)
+                };
+                self.find_normalized_tokens(&normalized, origin, out);
+                self.buffers.normalized = normalized;
+                self.buffers.normalized_origins = origins;
             }
             Normalizer::SpacesToMeta { prepend } => {
                 let mut normalized = std::mem::take(&mut self.buffers.normalized);
@@ -594,6 +606,47 @@ fn spaces_to_meta(
             let n = if b == b' ' { 3 } else { 1 };
             origins.extend(std::iter::repeat_n(origin.at(i), n));
         }
+    }
+}
+
+/// Whether NFC leaves `text` unchanged, by the quick check (Unicode 18 tables: a character
+/// newer than the crate's Unicode 9 answers "no" or "maybe", and goes through [`nfc`]).
+#[inline]
+fn is_nfc(text: &str) -> bool {
+    text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes
+}
+
+/// NFC of `text` (at `base` in the caller's text) into `out`, by the same normalization and
+/// tables as the `tokenizers` crate (`unicode-normalization-alignments`, Unicode 9), and with
+/// `origins` where the crate's alignments put each output byte
+/// (`NormalizedString::transform`): a character that replaces original ones starts where the
+/// first of them started; a character NFC adds starts where the last original character used
+/// so far started.
+fn nfc(text: &str, base: usize, out: &mut String, origins: Option<&mut Vec<usize>>) {
+    use unicode_normalization_alignments::UnicodeNormalization as _;
+    out.clear();
+    let Some(origins) = origins else {
+        out.extend(text.nfc().map(|(c, _)| c));
+        return;
+    };
+    origins.clear();
+    let mut original = text.char_indices().peekable();
+    // The start of the last original character used.
+    let mut last = 0;
+    for (c, change) in text.nfc() {
+        let at = if change > 0 {
+            last
+        } else {
+            let first = original.peek().map_or(text.len(), |&(i, _)| i);
+            for _ in 0..=change.unsigned_abs() {
+                if let Some((i, _)) = original.next() {
+                    last = i;
+                }
+            }
+            first
+        };
+        out.push(c);
+        origins.extend(std::iter::repeat_n(base + at, c.len_utf8()));
     }
 }
 

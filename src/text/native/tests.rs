@@ -207,3 +207,23 @@ fn shared_checkpoints_match_the_crate() {
         same(checkpoint.tokenizer.get().unwrap().clone(), &refs);
     }
 }
+
+/// NFC's output and where each output byte starts, as `NormalizedString::transform` aligns them:
+/// a composed character starts at the first character it replaces, one NFC adds (U+0344 is
+/// U+0308 U+0301, and the second is new) at the last original character used.
+#[test]
+fn nfc_output_and_origins_follow_the_crate_alignments() {
+    let (mut out, mut origins) = (String::new(), Vec::new());
+    super::nfc("e\u{301}x", 10, &mut out, Some(&mut origins));
+    assert_eq!(
+        (out.as_str(), origins.as_slice()),
+        ("\u{e9}x", &[10, 10, 13][..])
+    );
+    super::nfc("\u{344}a", 0, &mut out, Some(&mut origins));
+    assert_eq!(
+        (out.as_str(), origins.as_slice()),
+        ("\u{308}\u{301}a", &[0, 0, 0, 0, 2][..])
+    );
+    super::nfc("x\u{f981}", 0, &mut out, None);
+    assert_eq!(out, "x\u{5973}");
+}
