@@ -142,6 +142,10 @@ impl Encoder {
     /// errors count them); it is asked for the next window while the current one is encoded.
     /// A caller that converts its conversations into [`Message`]s can so convert them as they
     /// are needed instead of holding all of them converted (the Python binding does).
+    ///
+    /// # Panics
+    /// If `window(range)` returns a slice whose length is not `range.len()`: the conversations
+    /// would be numbered wrongly.
     pub fn encode_batch_from<C: BatchItem, W: Deref<Target = [C]>>(
         &self,
         total: usize,
@@ -153,24 +157,50 @@ impl Encoder {
     }
 
     /// Encode prompts rendered outside the core ([`Encoder::encode_rendered`]: the jinja2
-    /// fallback's) in parallel, on chatids' own pool, into one flat batch.
+    /// fallback's) in parallel, on chatids' own pool, into one flat batch, in the windows of
+    /// [`Encoder::encode_batch`] (the ids are held once); the first error in order names its
+    /// conversation.
     pub fn encode_rendered_batch(&self, texts: &[String], marked: bool) -> Result<Batch> {
-        let encoded = install(None, || {
-            texts
-                .par_iter()
-                .map(|t| self.encode_rendered(t, marked))
-                .collect::<Result<Vec<_>>>()
-        })??;
+        let batch_options = BatchOptions::default();
+        let size = CHUNK * WINDOW_CHUNKS_PER_THREAD * pool_size(batch_options.num_threads)?;
         let mut batch = Batch {
-            ids: Vec::with_capacity(encoded.iter().map(Vec::len).sum()),
-            offsets: Vec::with_capacity(encoded.len() + 1),
+            offsets: Vec::with_capacity(texts.len() + 1),
             ..Default::default()
         };
         batch.offsets.push(0);
-        for ids in encoded {
-            batch.ids.extend_from_slice(&ids);
-            batch.offsets.push(batch.ids.len() as i64);
+        for (w, window) in texts.chunks(size).enumerate() {
+            let first = w * size;
+            let mut chunks = install(batch_options.num_threads, || {
+                window
+                    .par_chunks(CHUNK)
+                    .enumerate()
+                    .map(|(c, chunk)| {
+                        let mut out = Chunk::default();
+                        for (j, text) in chunk.iter().enumerate() {
+                            match self.encode_rendered(text, marked) {
+                                Ok(ids) => out.ids.extend_from_slice(&ids),
+                                Err(Error::Template(t)) => {
+                                    let index = first + c * CHUNK + j;
+                                    out.failed = Some(Error::Template(t.in_conversation(index)));
+                                    break;
+                                }
+                                Err(other) => {
+                                    out.failed = Some(other);
+                                    break;
+                                }
+                            }
+                            out.ends.push(out.ids.len());
+                        }
+                        out
+                    })
+                    .collect::<Vec<Chunk>>()
+            })?;
+            append(&mut batch, &mut chunks)?;
+            if w == 0 && window.len() < texts.len() {
+                reserve_for_rest(&mut batch, window.len(), texts.len());
+            }
         }
+        batch.ids.shrink_to_fit();
         Ok(batch)
     }
 }
@@ -206,6 +236,12 @@ fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
     while let Some(current) = part.take() {
         let end = total.min(start + size);
         let items: &[C] = &current;
+        assert_eq!(
+            items.len(),
+            end - start,
+            "encode_batch_from: window({start}..{end}) returned {} conversations",
+            items.len()
+        );
         let encode = || {
             install(batch_options.num_threads, || {
                 items
@@ -234,20 +270,7 @@ fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
         let mut chunks = encoded?;
         drop(current);
         part = next;
-        // The first failure in conversation order, whichever thread met it first.
-        if let Some(failed) = chunks.iter_mut().find_map(|c| c.failed.take()) {
-            return Err(failed);
-        }
-        for chunk in chunks {
-            let base = batch.ids.len();
-            batch
-                .offsets
-                .extend(chunk.ends.iter().map(|&end| (base + end) as i64));
-            batch.ids.extend_from_slice(&chunk.ids);
-            batch.mask.extend_from_slice(&chunk.mask);
-            batch.truncations.extend(chunk.truncations);
-            batch.errors.extend(chunk.errors);
-        }
+        append(&mut batch, &mut chunks)?;
         if start == 0 && end < total {
             reserve_for_rest(&mut batch, end, total);
         }
@@ -256,6 +279,25 @@ fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
     batch.ids.shrink_to_fit();
     batch.mask.shrink_to_fit();
     Ok(batch)
+}
+
+/// Append a window's chunks to the batch, or return the first failure in conversation order,
+/// whichever thread met it first.
+fn append(batch: &mut Batch, chunks: &mut [Chunk]) -> Result<()> {
+    if let Some(failed) = chunks.iter_mut().find_map(|c| c.failed.take()) {
+        return Err(failed);
+    }
+    for chunk in chunks {
+        let base = batch.ids.len();
+        batch
+            .offsets
+            .extend(chunk.ends.iter().map(|&end| (base + end) as i64));
+        batch.ids.extend_from_slice(&chunk.ids);
+        batch.mask.extend_from_slice(&chunk.mask);
+        batch.truncations.append(&mut chunk.truncations);
+        batch.errors.append(&mut chunk.errors);
+    }
+    Ok(())
 }
 
 /// Bytes above which glibc's `malloc` always maps memory of its own (its largest mmap

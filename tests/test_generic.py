@@ -343,6 +343,21 @@ def test_uncompilable_template_falls_back_to_jinja2_with_a_warning() -> None:
         chatids.Encoder.from_pretrained(support.require_model_path(base), chat_template=AUTOESCAPE_CHATML, format="jinja")
 
 
+def test_jinja2_fallback_batches_of_several_windows_equal_single_encodes() -> None:
+    """The fallback's ids go through the core's batch windows (2,048 conversations on two
+    threads): 5,000 conversations, three windows, equal their single encodes in order."""
+    with pytest.warns(RuntimeWarning, match="cannot compile this chat template"):
+        enc, _ = _load_with_template("qwen2.5-7b-instruct", AUTOESCAPE_CHATML)
+    rows = [r["messages"] for f in support.corpus_files() for r in support.corpus_rows(f)[:20]]
+    distinct = SAMPLE + [r for r in rows if all(isinstance(m.get("content"), str) for m in r)]
+    expected = [enc.encode(c, True, True).tolist() for c in distinct]
+    picks = [(i * 7919) % len(distinct) for i in range(5000)]
+    batch = enc.encode_batch([distinct[p] for p in picks], add_generation_prompt=True, num_threads=2)
+    assert len(batch) == 5000
+    for i, p in enumerate(picks):
+        assert batch[i].tolist() == expected[p], f"conversation {i}"
+
+
 #: A template neither engine compiles (an ``{% if %}`` without its ``{% endif %}``).
 BROKEN_TEMPLATE = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endfor %}"
 
