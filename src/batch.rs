@@ -179,13 +179,8 @@ impl Encoder {
                         for (j, text) in chunk.iter().enumerate() {
                             match self.encode_rendered(text, marked) {
                                 Ok(ids) => out.ids.extend_from_slice(&ids),
-                                Err(Error::Template(t)) => {
-                                    let index = first + c * CHUNK + j;
-                                    out.failed = Some(Error::Template(t.in_conversation(index)));
-                                    break;
-                                }
-                                Err(other) => {
-                                    out.failed = Some(other);
+                                Err(e) => {
+                                    out.failed = Some(in_conversation(e, first + c * CHUNK + j));
                                     break;
                                 }
                             }
@@ -348,18 +343,22 @@ fn encode_chunk<C: BatchItem>(
             Err(Error::Template(t)) if batch_options.on_error == OnError::Collect => {
                 out.errors.push((index, t));
             }
-            Err(Error::Template(t)) => {
-                out.failed = Some(Error::Template(t.in_conversation(index)));
-                break;
-            }
-            Err(other) => {
-                out.failed = Some(other);
+            Err(e) => {
+                out.failed = Some(in_conversation(e, index));
                 break;
             }
         }
         out.ends.push(out.ids.len());
     }
     out
+}
+
+/// `error`, located in conversation `index` of the batch when it is a template error.
+fn in_conversation(error: Error, index: usize) -> Error {
+    match error {
+        Error::Template(t) => Error::Template(t.in_conversation(index)),
+        other => other,
+    }
 }
 
 /// The output of one parallel task.
