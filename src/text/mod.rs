@@ -9,8 +9,8 @@
 //! * [`HfTextEncoder`], the `tokenizers` crate (the library transformers itself uses), for
 //!   everything else, and as the reference the native core is tested against.
 //!
-//! [`Selected`] holds both and picks per call: the native core when the tokenizer is supported
-//! (and the text is not one it hands back, see [`NativeBpe::handles`]), else the crate.
+//! [`Selected`] holds both and runs the native core when it supports the tokenizer (every text
+//! of it, text that is not in NFC included), else the crate.
 //!
 //! The way back, ids to text, is [`decode`]: the tokenizer's own decoding, one id at a time.
 
