@@ -127,8 +127,7 @@ impl Encoder {
         options: &EncodeOptions,
         batch_options: &BatchOptions,
     ) -> Result<Batch> {
-        encode_batch(
-            self,
+        self.encode_batch_from(
             conversations.len(),
             |range| &conversations[range],
             options,
@@ -153,7 +152,12 @@ impl Encoder {
         options: &EncodeOptions,
         batch_options: &BatchOptions,
     ) -> Result<Batch> {
-        encode_batch(self, total, window, options, batch_options)
+        encode_windows(
+            total,
+            window,
+            batch_options.num_threads,
+            |chunk: &[C], first| encode_chunk(self, chunk, first, options, batch_options),
+        )
     }
 
     /// Encode prompts rendered outside the core ([`Encoder::encode_rendered`]: the jinja2
@@ -161,42 +165,25 @@ impl Encoder {
     /// [`Encoder::encode_batch`] (the ids are held once); the first error in order names its
     /// conversation.
     pub fn encode_rendered_batch(&self, texts: &[String], marked: bool) -> Result<Batch> {
-        let batch_options = BatchOptions::default();
-        let size = CHUNK * WINDOW_CHUNKS_PER_THREAD * pool_size(batch_options.num_threads)?;
-        let mut batch = Batch {
-            offsets: Vec::with_capacity(texts.len() + 1),
-            ..Default::default()
-        };
-        batch.offsets.push(0);
-        for (w, window) in texts.chunks(size).enumerate() {
-            let first = w * size;
-            let mut chunks = install(batch_options.num_threads, || {
-                window
-                    .par_chunks(CHUNK)
-                    .enumerate()
-                    .map(|(c, chunk)| {
-                        let mut out = Chunk::default();
-                        for (j, text) in chunk.iter().enumerate() {
-                            match self.encode_rendered(text, marked) {
-                                Ok(ids) => out.ids.extend_from_slice(&ids),
-                                Err(e) => {
-                                    out.failed = Some(in_conversation(e, first + c * CHUNK + j));
-                                    break;
-                                }
-                            }
-                            out.ends.push(out.ids.len());
+        encode_windows(
+            texts.len(),
+            |range| &texts[range],
+            None,
+            |chunk, first| {
+                let mut out = Chunk::default();
+                for (j, text) in chunk.iter().enumerate() {
+                    match self.encode_rendered(text, marked) {
+                        Ok(ids) => out.ids.extend_from_slice(&ids),
+                        Err(e) => {
+                            out.failed = Some(in_conversation(e, first + j));
+                            break;
                         }
-                        out
-                    })
-                    .collect::<Vec<Chunk>>()
-            })?;
-            append(&mut batch, &mut chunks)?;
-            if w == 0 && window.len() < texts.len() {
-                reserve_for_rest(&mut batch, window.len(), texts.len());
-            }
-        }
-        batch.ids.shrink_to_fit();
-        Ok(batch)
+                    }
+                    out.ends.push(out.ids.len());
+                }
+                out
+            },
+        )
     }
 }
 
@@ -205,22 +192,22 @@ impl Encoder {
 /// one chunk of another.
 const WINDOW_CHUNKS_PER_THREAD: usize = 64;
 
-/// Encode `total` conversations, which `window` gives a window at a time, in parallel; an
-/// `Err` item is a conversation the caller already found malformed (it is raised or collected
-/// like any other error).
+/// Encode `total` items (conversations, or rendered prompts), which `window` gives a window at
+/// a time, in parallel on `num_threads` threads: `step(chunk, first)` encodes a chunk of
+/// [`CHUNK`] items, the first of which is item `first` of the batch, and stops at its first
+/// failure ([`Chunk::failed`]).
 ///
 /// The threads encode a window's chunks, then the window is appended to the batch, so the ids
 /// are held once (in the batch, whose spare capacity is never touched) plus one window's, not
 /// twice, and a caller that converts conversations for `window` holds two windows of them
 /// (the one being encoded, and the next, which it converts meanwhile).
-fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
-    encoder: &Encoder,
+fn encode_windows<T: Sync, W: Deref<Target = [T]>>(
     total: usize,
     mut window: impl FnMut(Range<usize>) -> W,
-    options: &EncodeOptions,
-    batch_options: &BatchOptions,
+    num_threads: Option<usize>,
+    step: impl Fn(&[T], usize) -> Chunk + Sync,
 ) -> Result<Batch> {
-    let size = CHUNK * WINDOW_CHUNKS_PER_THREAD * pool_size(batch_options.num_threads)?;
+    let size = CHUNK * WINDOW_CHUNKS_PER_THREAD * pool_size(num_threads)?;
     let mut batch = Batch {
         offsets: Vec::with_capacity(total + 1),
         ..Default::default()
@@ -230,7 +217,7 @@ fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
     let mut part = (total > 0).then(|| window(0..total.min(size)));
     while let Some(current) = part.take() {
         let end = total.min(start + size);
-        let items: &[C] = &current;
+        let items: &[T] = &current;
         assert_eq!(
             items.len(),
             end - start,
@@ -238,13 +225,11 @@ fn encode_batch<C: BatchItem, W: Deref<Target = [C]>>(
             items.len()
         );
         let encode = || {
-            install(batch_options.num_threads, || {
+            install(num_threads, || {
                 items
                     .par_chunks(CHUNK)
                     .enumerate()
-                    .map(|(c, chunk)| {
-                        encode_chunk(encoder, chunk, start + c * CHUNK, options, batch_options)
-                    })
+                    .map(|(c, chunk)| step(chunk, start + c * CHUNK))
                     .collect::<Vec<Chunk>>()
             })
         };
