@@ -148,28 +148,38 @@ pub struct Buffers {
     pub bpe: bpe::Scratch,
     pub ids: Vec<u32>,
     pub lens: Vec<u32>,
-    pub normalized: String,
-    pub normalized_origins: Vec<usize>,
-    pub pre_tokenized: String,
-    pub pre_tokenized_origins: Vec<usize>,
+    /// The normalizer's output.
+    pub normalized: Rewrite,
+    /// The Metaspace pre-tokenizer's output (of a piece of `normalized`).
+    pub pre_tokenized: Rewrite,
+}
+
+/// A text rewritten by a normalizer or pre-tokenizer, and, when starts are wanted, the origin
+/// in the caller's text of each of its bytes.
+#[derive(Default)]
+pub struct Rewrite {
+    pub text: String,
+    pub origins: Vec<usize>,
+}
+
+impl Rewrite {
+    /// Give back the memory of a very long text.
+    fn trim(&mut self, keep: usize) {
+        if self.text.capacity() > keep {
+            self.text = String::new();
+        }
+        if self.origins.capacity() > keep {
+            self.origins = Vec::new();
+        }
+    }
 }
 
 impl Buffers {
     /// Give back the memory of a very long text.
     fn trim(&mut self) {
         const KEEP: usize = 1 << 20;
-        if self.normalized.capacity() > KEEP {
-            self.normalized = String::new();
-        }
-        if self.pre_tokenized.capacity() > KEEP {
-            self.pre_tokenized = String::new();
-        }
-        if self.normalized_origins.capacity() > KEEP {
-            self.normalized_origins = Vec::new();
-        }
-        if self.pre_tokenized_origins.capacity() > KEEP {
-            self.pre_tokenized_origins = Vec::new();
-        }
+        self.normalized.trim(KEEP);
+        self.pre_tokenized.trim(KEEP);
         if self.ids.capacity() > KEEP {
             self.ids = Vec::new();
             self.lens = Vec::new();

@@ -425,42 +425,53 @@ impl Context<'_> {
             Normalizer::Nfc if is_nfc(text) => {
                 self.find_normalized_tokens(text, Origin::Shift(base), out)
             }
-            Normalizer::Nfc => {
-                let mut normalized = std::mem::take(&mut self.buffers.normalized);
-                let mut origins = std::mem::take(&mut self.buffers.normalized_origins);
-                nfc(
-                    text,
-                    base,
-                    &mut normalized,
-                    out.wants_starts().then_some(&mut origins),
-                );
+            Normalizer::Nfc => self.rewrite(
+                |b| &mut b.normalized,
+                |text_out, origins| nfc(text, base, text_out, origins),
                 // Without starts, only `origin.at(0)` is read (is the piece at the text's
                 // start?), and NFC keeps a piece's first character where it was.
-                let origin = if out.wants_starts() {
-                    Origin::Table(&origins)
-                } else {
-                    Origin::Shift(base)
-                };
-                self.find_normalized_tokens(&normalized, origin, out);
-                self.buffers.normalized = normalized;
-                self.buffers.normalized_origins = origins;
-            }
+                base,
+                out,
+                Self::find_normalized_tokens,
+            ),
             Normalizer::SpacesToMeta { prepend } => {
-                let mut normalized = std::mem::take(&mut self.buffers.normalized);
-                let mut origins = std::mem::take(&mut self.buffers.normalized_origins);
-                let offsets = out.wants_starts().then_some(&mut origins);
                 let prepend = prepend && !text.is_empty();
-                spaces_to_meta(text, Origin::Shift(base), prepend, &mut normalized, offsets);
-                let origin = if out.wants_starts() {
-                    Origin::Table(&origins)
-                } else {
-                    Origin::Shift(0)
-                };
-                self.find_normalized_tokens(&normalized, origin, out);
-                self.buffers.normalized = normalized;
-                self.buffers.normalized_origins = origins;
+                self.rewrite(
+                    |b| &mut b.normalized,
+                    |text_out, origins| {
+                        spaces_to_meta(text, Origin::Shift(base), prepend, text_out, origins)
+                    },
+                    0,
+                    out,
+                    Self::find_normalized_tokens,
+                )
             }
         }
+    }
+
+    /// Rewrite a text into the buffer `slot` picks with `fill` (which is given the origins
+    /// table only when starts are wanted), then run `next` on the rewritten text: with its
+    /// origins, or, without starts, `Origin::Shift(shift)`.
+    fn rewrite(
+        &mut self,
+        slot: fn(&mut cache::Buffers) -> &mut cache::Rewrite,
+        fill: impl FnOnce(&mut String, Option<&mut Vec<usize>>),
+        shift: usize,
+        out: &mut Out<'_>,
+        next: impl FnOnce(&mut Self, &str, Origin<'_>, &mut Out<'_>),
+    ) {
+        let mut buffer = std::mem::take(slot(self.buffers));
+        fill(
+            &mut buffer.text,
+            out.wants_starts().then_some(&mut buffer.origins),
+        );
+        let origin = if out.wants_starts() {
+            Origin::Table(&buffer.origins)
+        } else {
+            Origin::Shift(shift)
+        };
+        next(self, &buffer.text, origin, out);
+        *slot(self.buffers) = buffer;
     }
 
     fn find_normalized_tokens(&mut self, text: &str, origin: Origin<'_>, out: &mut Out<'_>) {
@@ -486,19 +497,16 @@ impl Context<'_> {
                     Prepend::First => self.options.at_start && origin.at(0) == 0,
                     Prepend::Never => false,
                 };
-                let mut replaced = std::mem::take(&mut self.buffers.pre_tokenized);
-                let mut origins = std::mem::take(&mut self.buffers.pre_tokenized_origins);
                 let prefix = prefix && !text.starts_with(' ') && !text.starts_with('\u{2581}');
-                let offsets = out.wants_starts().then_some(&mut origins);
-                spaces_to_meta(text, origin, prefix, &mut replaced, offsets);
-                let origin = if out.wants_starts() {
-                    Origin::Table(&origins)
-                } else {
-                    Origin::Shift(0)
-                };
-                self.sentencepiece_text(replaced.as_bytes(), origin, out);
-                self.buffers.pre_tokenized = replaced;
-                self.buffers.pre_tokenized_origins = origins;
+                self.rewrite(
+                    |b| &mut b.pre_tokenized,
+                    |replaced, origins| spaces_to_meta(text, origin, prefix, replaced, origins),
+                    0,
+                    out,
+                    |this, replaced, origin, out| {
+                        this.sentencepiece_text(replaced.as_bytes(), origin, out)
+                    },
+                )
             }
         }
     }
