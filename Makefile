@@ -50,13 +50,17 @@ example: develop
 	scripts/example.sh $(PY)
 
 ## Quick start 2: every test (Rust units, conformance sample, edge cases, properties, the wheel in a
-## fresh venv, benchmarks once), against the release wheel built once from the sdist.
+## fresh venv, benchmarks once), against the release wheel built once from the sdist. The parts run
+## side by side (TEST_JOBS at once, each one's output printed whole when it ends): the Rust build and
+## tests beside the wheel's build and the Python suite, so that no core waits for a serial step (a
+## link, a pip install, a single-threaded test). TEST_JOBS=1 runs them one after the other.
+TEST_JOBS ?= 3
 test:
 	@test -d "$(CHATIDS_MODELS_DIR)" && test -d "$(CHATIDS_DATA_DIR)" || { \
 	  echo "make test needs the shared models and conversations: $(CHATIDS_MODELS_DIR) and $(CHATIDS_DATA_DIR)"; \
 	  echo "(put them in ../shared, or set CHATIDS_MODELS_DIR and CHATIDS_DATA_DIR; see README, Data). make example runs without them."; \
 	  exit 1; }
-	$(MAKE) BUILD=install-wheel install-wheel test-rust typecheck test-python test-wheel bench-quick
+	$(MAKE) -j$(TEST_JOBS) --output-sync=target BUILD=install-wheel install-wheel test-rust typecheck test-python test-wheel bench-quick
 
 ## The documentation site, built offline into target/site (tests/test_docs_build.py builds it too).
 docs: $(BUILD)
@@ -72,7 +76,7 @@ typecheck: $(BUILD)
 FUZZ_REPLAY_INPUTS ?= 250
 ## The tokenizer files mistral-common ships (the parse fuzz target runs on them too), when installed.
 MC_DATA = $(shell $(PY) -c "import mistral_common, os; print(os.path.join(os.path.dirname(mistral_common.__file__), 'data'))" 2>/dev/null)
-test-rust: fuzz-build
+test-rust: fuzz-build $(VENV)/.installed
 	CHATIDS_MISTRAL_COMMON_DATA=$(MC_DATA) CHATIDS_FUZZ_REPLAY_INPUTS=$(FUZZ_REPLAY_INPUTS) cargo test --quiet
 
 ## Build the fuzz targets (keeps them compiling; `make fuzz` / `make fuzz-encode` run them; `cargo test`
