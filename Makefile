@@ -17,12 +17,14 @@ WHEEL_DIR := target/wheels
 # Extra pytest arguments for test-python, e.g. PYTEST_ARGS='-m "not ray"' to leave out the Ray Data tests.
 PYTEST_ARGS ?=
 
-.PHONY: example develop docs dist install-wheel test-wheel test test-rust typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-pairs bench-text-peers bench-load bench-scaling bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
+.PHONY: example develop docs dist install-wheel test-wheel test test-rust test-rust-build typecheck test-python bench-quick conformance-full conformance-generic bench bench-bpe bench-cli bench-serving bench-hf bench-pairs bench-text-peers bench-load bench-scaling bench-memory fuzz fuzz-encode fuzz-parse fuzz-api fuzz-build clean
 
+# --no-compile: Python compiles a module when it is first imported, not all of Ray, transformers
+# and the rest at install (a minute of CPU the tests never use).
 $(VENV)/.installed: requirements-dev.txt
 	$(PYTHON_SYSTEM) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-compile -r requirements-dev.txt
 	touch $@
 
 ## Build the extension (release) into the virtualenv.
@@ -73,11 +75,15 @@ typecheck: $(BUILD)
 	$(PY) -m mypy --strict python/chatids
 
 ## FUZZ_REPLAY_INPUTS: generated inputs the fuzz replay runs in `cargo test` (fuzz/replay.rs; 600 without make).
-FUZZ_REPLAY_INPUTS ?= 250
+FUZZ_REPLAY_INPUTS ?= 120
 ## The tokenizer files mistral-common ships (the parse fuzz target runs on them too), when installed.
 MC_DATA = $(shell $(PY) -c "import mistral_common, os; print(os.path.join(os.path.dirname(mistral_common.__file__), 'data'))" 2>/dev/null)
-test-rust: fuzz-build $(VENV)/.installed
+test-rust: fuzz-build test-rust-build $(VENV)/.installed
 	CHATIDS_MISTRAL_COMMON_DATA=$(MC_DATA) CHATIDS_FUZZ_REPLAY_INPUTS=$(FUZZ_REPLAY_INPUTS) cargo test --quiet
+
+## Build the Rust tests (it needs no virtualenv, so under `make test` it runs beside the install).
+test-rust-build:
+	cargo test --quiet --no-run
 
 ## Build the fuzz targets (keeps them compiling; `make fuzz` / `make fuzz-encode` run them; `cargo test`
 ## replays encode_messages' regressions and generated inputs, fuzz/replay.rs).
