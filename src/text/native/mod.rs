@@ -821,11 +821,49 @@ impl ModelJson {
 }
 
 /// A merge: `["a", "b"]`, or `"a b"` in older files.
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
 enum MergeJson {
     Pair(String, String),
     Joined(String),
+}
+
+/// Read by the JSON type it finds: `#[serde(untagged)]` would buffer each of the hundreds of
+/// thousands of merges and build an error message for every one in the form it tries first.
+impl<'de> serde::Deserialize<'de> for MergeJson {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = MergeJson;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(r#"a merge: ["a", "b"] or "a b""#)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MergeJson, E> {
+                Ok(MergeJson::Joined(v.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<MergeJson, E> {
+                Ok(MergeJson::Joined(v))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<MergeJson, A::Error> {
+                use serde::de::Error;
+                let mut next = |i| {
+                    seq.next_element::<String>()?
+                        .ok_or_else(|| A::Error::invalid_length(i, &self))
+                };
+                let (a, b) = (next(0)?, next(1)?);
+                match seq.next_element::<serde::de::IgnoredAny>()? {
+                    None => Ok(MergeJson::Pair(a, b)),
+                    Some(_) => Err(A::Error::invalid_length(3, &self)),
+                }
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 /// The BPE model in native form.

@@ -227,3 +227,24 @@ fn nfc_output_and_origins_follow_the_crate_alignments() {
     super::nfc("x\u{f981}", 0, &mut out, None);
     assert_eq!(out, "x\u{5973}");
 }
+
+/// A merge reads as `["a", "b"]` or `"a b"`, and nothing else (a file with another form is read
+/// from the crate's tokenizer instead).
+#[test]
+fn merges_read_as_pairs_or_joined_strings() {
+    use super::MergeJson;
+    let read = |v: Value| serde_json::from_value::<MergeJson>(v);
+    assert!(
+        matches!(read(json!(["a", "b c"])), Ok(MergeJson::Pair(a, b)) if a == "a" && b == "b c")
+    );
+    assert!(matches!(read(json!("a b")), Ok(MergeJson::Joined(s)) if s == "a b"));
+    for bad in [
+        json!(["a"]),
+        json!(["a", "b", "c"]),
+        json!([]),
+        json!(3),
+        json!(["a", 1]),
+    ] {
+        assert!(read(bad.clone()).is_err(), "{bad}");
+    }
+}
