@@ -802,17 +802,7 @@ impl ModelJson {
         let mut pairs = rustc_hash::FxHashSet::default();
         pairs.reserve(m.merges.len());
         for merge in &m.merges {
-            let pair = match merge {
-                MergeJson::Pair(a, b) => (a.as_str(), b.as_str()),
-                MergeJson::Joined(s) => {
-                    let mut parts = s.split(' ');
-                    match (parts.next(), parts.next(), parts.next()) {
-                        (Some(a), Some(b), None) => (a, b),
-                        _ => return None,
-                    }
-                }
-            };
-            if !pairs.insert(pair) {
+            if !pairs.insert(merge.pair().ok()?) {
                 return None;
             }
         }
@@ -824,6 +814,23 @@ impl ModelJson {
 enum MergeJson {
     Pair(String, String),
     Joined(String),
+}
+
+impl MergeJson {
+    /// The two tokens merged; `Err` with the text of a joined merge that is not two tokens
+    /// separated by one space.
+    fn pair(&self) -> Result<(&str, &str), &str> {
+        match self {
+            MergeJson::Pair(a, b) => Ok((a, b)),
+            MergeJson::Joined(s) => {
+                let mut parts = s.split(' ');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(a), Some(b), None) => Ok((a, b)),
+                    _ => Err(s),
+                }
+            }
+        }
+    }
 }
 
 /// Read by the JSON type it finds: `#[serde(untagged)]` would buffer each of the hundreds of
@@ -904,16 +911,9 @@ fn read_model(m: BpeJson, units: Units) -> Result<BpeModel, String> {
         .collect();
     let mut merges = Vec::with_capacity(m.merges.len());
     for merge in &m.merges {
-        let (a, b) = match merge {
-            MergeJson::Pair(a, b) => (a.as_str(), b.as_str()),
-            MergeJson::Joined(s) => {
-                let mut parts = s.split(' ');
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some(a), Some(b), None) => (a, b),
-                    _ => return Err(format!("merge {s:?} is not two tokens")),
-                }
-            }
-        };
+        let (a, b) = merge
+            .pair()
+            .map_err(|s| format!("merge {s:?} is not two tokens"))?;
         if let (Some(a), Some(b)) = (to_units(a), to_units(b)) {
             merges.push((a, b));
         }

@@ -238,6 +238,14 @@ fn merges_read_as_pairs_or_joined_strings() {
         matches!(read(json!(["a", "b c"])), Ok(MergeJson::Pair(a, b)) if a == "a" && b == "b c")
     );
     assert!(matches!(read(json!("a b")), Ok(MergeJson::Joined(s)) if s == "a b"));
+    assert_eq!(MergeJson::Joined("a b".into()).pair(), Ok(("a", "b")));
+    assert_eq!(
+        MergeJson::Pair("a".into(), "b c".into()).pair(),
+        Ok(("a", "b c"))
+    );
+    for joined in ["a b c", "ab", "a  b"] {
+        assert_eq!(MergeJson::Joined(joined.into()).pair(), Err(joined));
+    }
     for bad in [
         json!(["a"]),
         json!(["a", "b", "c"]),
