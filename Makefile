@@ -117,7 +117,7 @@ fuzz-api: develop
 ## first runs PYTEST_FIRST (about half the suite's time), the second every other file;
 ## PYTEST_SHARDS=1 runs one process (use it with a PYTEST_ARGS='-k ...' that selects few files).
 PYTEST_SHARDS ?= 2
-PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_gguf.py tests/test_injection.py tests/test_malformed.py tests/test_conformance.py tests/test_masks.py tests/test_template_corpus.py tests/test_sentencepiece.py tests/test_hf.py
+PYTEST_FIRST := tests/test_native_bpe.py tests/test_generic.py tests/test_injection.py tests/test_malformed.py tests/test_conformance.py tests/test_masks.py tests/test_template_corpus.py tests/test_sentencepiece.py tests/test_hf.py
 test-python: $(BUILD)
 	mkdir -p $(RESULTS)
 	CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance.json CHATIDS_CORPUS_REPORT=$(RESULTS)/template-corpus.json \

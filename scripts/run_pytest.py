@@ -15,13 +15,24 @@ Usage: python scripts/run_pytest.py --results DIR [--shards N] [--first FILE ...
 Each process writes its output to ``DIR/pytest-K.log`` (printed when all are done, one after the
 other) and its JUnit report to ``DIR/pytest-K.xml``. The exit status is non-zero if any process
 failed; ``scripts/check_no_skips.py`` then reads every report.
+
+The processes share one compiled encoder cache (``CHATIDS_CACHE_DIR``), a new folder removed at
+the end: a checkpoint's first load with given options builds its encoder and writes it, every
+later one in either process (and in the subprocesses the tests start) reads it back. Uncached,
+each load of a large vocabulary costs 1-3 s here, and the suite loads the same few checkpoints
+hundreds of times. So the suite runs the build path once per checkpoint and options, and the
+read path everywhere else, which ``tests/test_compiled_cache.py`` proves gives the same encoder.
+A ``CHATIDS_CACHE_DIR`` already set is used as it is; set it empty to run without the cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,13 +66,20 @@ def main() -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     for old in args.results.glob("pytest-*.xml"):
         old.unlink()
+    env = dict(os.environ)
+    cache = None
+    if "CHATIDS_CACHE_DIR" not in env:
+        cache = tempfile.mkdtemp(prefix="chatids-test-cache-")
+        env["CHATIDS_CACHE_DIR"] = cache
+    print(f"run_pytest: compiled encoder cache: {env['CHATIDS_CACHE_DIR'] or 'off'}", flush=True)
     started = time.perf_counter()
     running = []
     for k, cmd in enumerate(commands(args.results, args.shards, args.first, args.pytest_args), start=1):
         log = args.results / f"pytest-{k}.log"
         print(f"run_pytest: process {k}: {' '.join(cmd[1:])} > {log}", flush=True)
         handle = log.open("w")
-        running.append((k, log, handle, subprocess.Popen(cmd, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)))
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        running.append((k, log, handle, proc))
     finished: dict[int, float] = {}
     try:
         while len(finished) < len(running):
@@ -74,6 +92,12 @@ def main() -> int:
         for _, _, _, proc in running:
             if proc.poll() is None:
                 proc.kill()
+                proc.wait()
+        if cache is not None:
+            entries = list(Path(cache).glob("*.chatids"))
+            size = sum(e.stat().st_size for e in entries) / 1e6
+            print(f"run_pytest: the cache held {len(entries)} encoders ({size:.0f} MB); removed", flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
     status = 0
     for k, log, _, proc in running:
         print(f"\n===== pytest process {k}: exit {proc.returncode}, {finished[k]:.0f} s =====", flush=True)
