@@ -1,0 +1,88 @@
+"""The 20-step agent loop of ``benches/test_bench_serving.py``, outside pytest: its time against
+one full encode, and a way to profile it.
+
+Builds the same ``Serving`` case (the conversation, the tools, the 21 prompts checked against
+``apply_chat_template``), then times ``loop_session`` (a session: ``append`` and
+``generation_prompt`` per step), ``full_encode`` (one ``encode`` of the final conversation, the
+yardstick of the issue-23 target) and ``loop_reencode`` (``encode`` of every prompt), medians of
+``--rounds`` runs each, ``--repeats`` times.
+
+``--profile SECONDS`` instead runs ``loop_session`` alone for that long after the setup, for a
+profiler attached to the process, e.g.::
+
+    perf record -F 299 --call-graph dwarf,32768 -D 14000 -o perf.data \\
+        python benches/agent_loop.py --profile 24
+
+(``-D`` skips the setup, about 10 s here). Run: ``python benches/agent_loop.py [--model NAME]``
+with CHATIDS_MODELS_DIR and CHATIDS_DATA_DIR set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import conftest  # noqa: E402  (the benches' corpus filter)
+import test_bench_serving as serving  # noqa: E402
+
+
+def corpus() -> list[list[dict]]:
+    """The plain corpus conversations, shuffled as the benches' ``corpus`` fixture does."""
+    base = os.environ.get("CHATIDS_DATA_DIR")
+    if not base:
+        raise SystemExit("agent_loop: set CHATIDS_DATA_DIR")
+    rows = []
+    for f in sorted(glob.glob(str(Path(base) / "conversations" / "*.jsonl"))):
+        with open(f, encoding="utf-8") as handle:
+            rows += [json.loads(line) for line in handle]
+    convs = [r["messages"] for r in rows if conftest._plain(r)]
+    random.Random(2024).shuffle(convs)
+    return convs
+
+
+def median_seconds(fn: Callable[[], None], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[rounds // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="llama-3.1-8b-instruct")
+    parser.add_argument("--no-tools", action="store_true", help="the chat loop without tools")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", type=float, default=0.0, metavar="SECONDS")
+    args = parser.parse_args()
+    case = serving.Serving(args.model, corpus(), not args.no_tools)
+    print(f"{case.label}: format {case.enc.format}, {case.tokens} tokens in the last prompt", flush=True)
+    if args.profile:
+        end = time.perf_counter() + args.profile
+        while time.perf_counter() < end:
+            case.loop_session()
+        return
+    for _ in range(args.repeats):
+        loop = median_seconds(case.loop_session, args.rounds)
+        full = median_seconds(case.full_encode, args.rounds)
+        again = median_seconds(case.loop_reencode, args.rounds)
+        print(
+            f"session loop {loop * 1e3:.2f} ms, full encode {full * 1e3:.2f} ms: {loop / full:.2f}x; "
+            f"re-encoding every prompt {again * 1e3:.2f} ms: {again / full:.2f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
