@@ -9,6 +9,11 @@
 //! [`Encoder::encode`] of all the messages, except where the caller appended the model's own
 //! completion ids ([`Session::append_completion`]), which are kept as sampled.
 //!
+//! An append also plans the generation prompt from the same render where the template's two
+//! outputs split at its generation-prompt block
+//! ([`crate::template::ChatTemplate::render_data_split`]), so an agent step (append, then
+//! [`Session::generation_prompt`]) renders the conversation once, not twice.
+//!
 //! Where a template is not *prefix-preserving* (its output for N messages is not a prefix of
 //! its output for N+1, see [`append_rewrites`]), an append changes ids the session already
 //! holds. [`OnRewrite`] decides: raise (the default: a serving stack's KV cache holds those
@@ -18,11 +23,12 @@
 //! conversation on each append (same results and checks, no speed-up), and take completion
 //! ids that are exactly mistral-common's encoding of the parsed message.
 
+use crate::control_tokens::TokenSplitter;
 use crate::encoder::{EncodeOptions, Encoder};
 use crate::error::{Result, TemplateError};
 use crate::message::Message;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
-use crate::pieces::{Piece, PieceKind};
+use crate::pieces::{Piece, PieceKind, Pieces};
 use crate::render::jinja::RenderMemo;
 
 /// What an append does when the template changes ids the session already holds.
@@ -130,6 +136,22 @@ fn encode_tail(
         &mut out,
     )?;
     Ok(out.ids)
+}
+
+/// Plan the encoding of rendered `pieces` against the state whose layout is `previous`:
+/// keep its ids up to the last token both share, encode the rest.
+fn plan_pieces(
+    previous: &Layout,
+    pieces: &Pieces<'_>,
+    pe: &PieceEncoder<'_>,
+    splitter: &TokenSplitter,
+) -> Result<Plan> {
+    let pieces = splitter.split(pieces.as_slice());
+    let shared = previous.shared_pieces(&pieces);
+    let (from, keep) = previous.boundary_within(shared);
+    let mut layout = layout_of(&pieces, previous, from);
+    let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
+    Ok(Plan { keep, tail, layout })
 }
 
 /// The layout of `pieces` with the boundaries of `previous` up to piece `shared`.
@@ -246,14 +268,7 @@ impl Session {
             messages,
             options,
             Some(&self.memo),
-            |pieces, pe, splitter| {
-                let pieces = splitter.split(pieces.as_slice());
-                let shared = self.layout.shared_pieces(&pieces);
-                let (from, keep) = self.layout.boundary_within(shared);
-                let mut layout = layout_of(&pieces, &self.layout, from);
-                let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
-                Ok(Plan { keep, tail, layout })
-            },
+            |pieces, pe, splitter| plan_pieces(&self.layout, pieces, pe, splitter),
         )?;
         match planned {
             Some(plan) => Ok(plan),
@@ -267,6 +282,26 @@ impl Session {
                 })
             }
         }
+    }
+
+    /// The plans of `messages` without and with the generation prompt, from one render
+    /// where the template allows it (see [`crate::template::ChatTemplate::render_data_split`]);
+    /// the second is planned against the state the first would commit. `None` where it does
+    /// not, or where anything fails (rendering each then raises what there is to raise).
+    fn plan_split(&self, encoder: &Encoder, messages: &[Message]) -> Option<(Plan, Plan)> {
+        encoder
+            .with_rendered_pieces_split(
+                messages,
+                &self.prompt_options,
+                Some(&self.memo),
+                |without, with, pe, splitter| {
+                    let plan = plan_pieces(&self.layout, without, pe, splitter)?;
+                    let prompt = plan_pieces(&plan.layout, with, pe, splitter)?;
+                    Ok((plan, prompt))
+                },
+            )
+            .ok()
+            .flatten()
     }
 
     /// The plan of the generation prompt for the messages as they are (kept until the
@@ -307,7 +342,12 @@ impl Session {
         let first = self.messages.len();
         let mut messages = std::mem::take(&mut self.messages);
         messages.extend(new);
-        let planned = self.plan(encoder, &messages, false).and_then(|plan| {
+        // One render gives the generation prompt's plan too, where the template allows it.
+        let (plan, prompt) = match self.plan_split(encoder, &messages) {
+            Some((plan, prompt)) => (Ok(plan), Some(prompt)),
+            None => (self.plan(encoder, &messages, false), None),
+        };
+        let planned = plan.and_then(|plan| {
             let start = self.check(&plan, &format!("appending message {first}"))?;
             Ok((plan, start))
         });
@@ -321,6 +361,7 @@ impl Session {
         };
         self.messages = messages;
         self.commit(plan);
+        self.prompt.set(prompt);
         Ok(Appended { start })
     }
 

@@ -65,7 +65,7 @@ def test_appending_equals_a_full_encode(model: support.Model, corpus_file: str) 
         # Re-encoding policy: always equal to the full encode, at every step.
         session = enc.session(**kw, on_rewrite="reencode")
         pending: list[dict] = []
-        for chunk in chunks:
+        for k, chunk in enumerate(chunks):
             before = session.ids.tolist()
             try:
                 added = session.append(pending + chunk)
@@ -79,6 +79,16 @@ def test_appending_equals_a_full_encode(model: support.Model, corpus_file: str) 
             pending = []
             assert session.ids[session.start :].tolist() == added.tolist()
             assert session.ids[: session.start].tolist() == before[: session.start]
+            # The generation prompt after each append (planned by the append's own render
+            # where the template splits): equal to a full encode of the messages so far.
+            so_far = messages[: sum(len(c) for c in chunks[: k + 1])]
+            try:
+                expected = enc.encode(so_far, add_generation_prompt=True, **kw).tolist()
+            except chatids.ChatTemplateError:
+                with pytest.raises(chatids.ChatTemplateError):
+                    session.generation_prompt()
+            else:
+                assert session.generation_prompt().tolist() == expected
         assert not pending
         assert session.ids.tolist() == full
         assert session.generation_prompt().tolist() == prompt

@@ -410,22 +410,58 @@ impl Encoder {
         memo: Option<&RenderMemo>,
         f: impl FnOnce(&Pieces<'_>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
     ) -> Result<Option<R>> {
-        let Backend::Template(t) = &self.backend else {
+        let Some((t, encoder, mode)) = self.session_route(options, memo) else {
             return Ok(None);
         };
-        let encoder = t.piece_encoder(options.sanitize_control_tokens);
         t.with_pieces(
             self.unknown_template_args,
             messages,
             options,
-            render::RenderMode {
-                sanitize: options.sanitize_control_tokens,
-                provenance: false,
-                memo,
-            },
+            mode,
             |pieces| f(pieces, &encoder, &t.token_splitter),
         )
         .map(Some)
+    }
+
+    /// [`Encoder::with_rendered_pieces`] of `messages` without and with the generation
+    /// prompt, from one render where the template allows it (`options` ask for the prompt):
+    /// `f` gets both piece lists. `None` where it does not (see
+    /// [`TemplateRoute::with_pieces_split`]): render each instead.
+    pub(crate) fn with_rendered_pieces_split<R>(
+        &self,
+        messages: &[Message],
+        options: &EncodeOptions,
+        memo: Option<&RenderMemo>,
+        f: impl FnOnce(&Pieces<'_>, &Pieces<'_>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
+    ) -> Result<Option<R>> {
+        let Some((t, encoder, mode)) = self.session_route(options, memo) else {
+            return Ok(None);
+        };
+        t.with_pieces_split(
+            self.unknown_template_args,
+            messages,
+            options,
+            mode,
+            |without, with| f(without, with, &encoder, &t.token_splitter),
+        )
+    }
+
+    /// The template route a session renders through, its piece encoder and render mode
+    /// (`None` on the mistral-common route).
+    fn session_route<'a>(
+        &'a self,
+        options: &EncodeOptions,
+        memo: Option<&'a RenderMemo>,
+    ) -> Option<(&'a TemplateRoute, PieceEncoder<'a>, render::RenderMode<'a>)> {
+        let Backend::Template(t) = &self.backend else {
+            return None;
+        };
+        let mode = render::RenderMode {
+            sanitize: options.sanitize_control_tokens,
+            provenance: false,
+            memo,
+        };
+        Some((t, t.piece_encoder(options.sanitize_control_tokens), mode))
     }
 }
 

@@ -276,6 +276,74 @@ impl TemplateRoute {
     }
 }
 
+impl TemplateRoute {
+    /// [`TemplateRoute::with_pieces`] of `messages` without and with the generation prompt,
+    /// from one render of the Jinja path (`options` are those with it): `f` gets both piece
+    /// lists. `None` when one render cannot give both (a native format renders, the template
+    /// does not split, the render needs provenance, or any check fails: the caller then
+    /// renders each, which raises what there is to raise).
+    pub(super) fn with_pieces_split<R>(
+        &self,
+        policy: ArgsPolicy,
+        messages: &[Message],
+        options: &EncodeOptions,
+        mode: RenderMode<'_>,
+        f: impl FnOnce(&Pieces<'_>, &Pieces<'_>) -> Result<R>,
+    ) -> Result<Option<R>> {
+        if !options.add_generation_prompt
+            || options.continue_final_message
+            || options.system != SystemPolicy::Template
+            || mode.provenance
+        {
+            return Ok(None);
+        }
+        let Ok(kwargs) = self.check_args(&options.kwargs, policy) else {
+            return Ok(None);
+        };
+        let Ok(prepared) = input::prepare(messages, options, kwargs) else {
+            return Ok(None);
+        };
+        let (messages, options) = (&prepared.messages[..], &*prepared.options);
+        // The route render_pieces takes to the template (a native format renders itself).
+        let jinja = match (&self.renderer, &self.jinja) {
+            (Renderer::Jinja, Some(jinja)) => jinja,
+            (Renderer::Native(_), Some(jinja))
+                if self.verified && tools::uses_tools(messages, &options.kwargs) =>
+            {
+                jinja
+            }
+            _ => return Ok(None),
+        };
+        if mode.sanitize
+            && messages
+                .iter()
+                .flat_map(Message::texts)
+                .any(|s| self.control_tokens.has_partial_edge(s))
+        {
+            return Ok(None); // provenance: see jinja_pieces
+        }
+        let request = JinjaRequest {
+            add_generation_prompt: true,
+            kwargs: &options.kwargs,
+            now: options.now,
+            memo: mode.memo,
+        };
+        let sanitizer = mode.sanitize.then_some(&self.control_tokens);
+        let Ok(Some((mut without, mut with))) = jinja.pieces_split(messages, &request, sanitizer)
+        else {
+            return Ok(None);
+        };
+        for pieces in [&mut without, &mut with] {
+            if tools::check_nothing_dropped(messages, &pieces.render()).is_err()
+                || prepared.finish(pieces).is_err()
+            {
+                return Ok(None);
+            }
+        }
+        f(&without, &with).map(Some)
+    }
+}
+
 /// Checks of `options` that only the mistral-common route makes, and what it passes on:
 /// the `tools` argument (the only template argument mistral-common takes; `None` is no
 /// tools) and `continue_final_message` (which excludes `add_generation_prompt`).

@@ -27,16 +27,8 @@ use crate::message::{Content, ContentPart, Message};
 use crate::pieces::Pieces;
 use crate::template::{ChatTemplate, Data, DateTime, JsonMemo, RenderError};
 
-/// The time the probes' (and the generation-prompt detection's) `strftime_now()` returns (any fixed date that is not a template's
-/// hard-coded default).
-pub const PROBE_NOW: DateTime = DateTime {
-    year: 2025,
-    month: 3,
-    day: 14,
-    hour: 9,
-    minute: 26,
-    second: 53,
-};
+/// The time the probes' (and the generation-prompt detection's) `strftime_now()` returns.
+pub use crate::template::PROBE_NOW;
 
 /// The name [`crate::Encoder::format_name`] reports for the Jinja path.
 pub const FORMAT_NAME: &str = "jinja";
@@ -218,6 +210,48 @@ impl JinjaFormat {
         } else {
             Vec::new()
         };
+        self.pieces_of(&rendered, spans, messages, sanitizer, provenance)
+    }
+
+    /// [`JinjaFormat::pieces`] without provenance of `messages` with and without the
+    /// generation prompt, from one render (`request.add_generation_prompt` is ignored):
+    /// `(without, with)`. `None` where the template's renders do not split
+    /// ([`ChatTemplate::render_data_split`]); then render each.
+    pub fn pieces_split(
+        &self,
+        messages: &[Message],
+        request: &JinjaRequest<'_>,
+        sanitizer: Option<&ControlTokens>,
+    ) -> Result<Option<(Pieces<'static>, Pieces<'static>)>, TemplateError> {
+        if !self.template.splits() {
+            return Ok(None);
+        }
+        let request = JinjaRequest {
+            add_generation_prompt: true,
+            ..*request
+        };
+        let split =
+            self.render_messages_with(messages, &request, sanitizer, false, |t, c, n, m| {
+                t.render_data_split(c, n, m)
+            })?;
+        let Some((whole, at)) = split else {
+            return Ok(None);
+        };
+        let without = self.pieces_of(&whole[..at], Vec::new(), messages, sanitizer, false)?;
+        let with = self.pieces_of(&whole, Vec::new(), messages, sanitizer, false)?;
+        Ok(Some((without, with)))
+    }
+
+    /// The pieces of a render (`spans`: its aligned provenance spans, `provenance`: whether
+    /// they were asked for).
+    fn pieces_of(
+        &self,
+        rendered: &str,
+        spans: Vec<ContentSpan>,
+        messages: &[Message],
+        sanitizer: Option<&ControlTokens>,
+        provenance: bool,
+    ) -> Result<Pieces<'static>, TemplateError> {
         // A span holding a lone marker is caller text the template cut at a marked token
         // (`split('</think>')`): its alignment may cover template text between the halves, so
         // it is dropped (no index rather than a wrong one, and the same ids as without
@@ -234,7 +268,7 @@ impl JinjaFormat {
         // Bodies come with provenance only (without it nothing is located).
         let calls = if provenance {
             call_turns(
-                &rendered,
+                rendered,
                 &spans,
                 messages,
                 self.generation_prompt.as_deref(),
@@ -244,7 +278,7 @@ impl JinjaFormat {
             Vec::new()
         };
         let mut bodies = message_bodies(
-            &rendered,
+            rendered,
             &spans,
             |i| messages.get(i).is_some_and(|m| m.role == "assistant"),
             self.generation_prompt.as_deref(),
@@ -259,7 +293,7 @@ impl JinjaFormat {
         );
         bodies.extend(calls);
         bodies.sort_by_key(|b| b.start);
-        split_rendered_with_bodies(&rendered, &spans, &bodies, sanitizer)
+        split_rendered_with_bodies(rendered, &spans, &bodies, sanitizer)
     }
 
     /// Render with the template's variables as transformers builds them: the special
@@ -274,6 +308,30 @@ impl JinjaFormat {
         sanitizer: Option<&ControlTokens>,
         tag: bool,
     ) -> Result<String, TemplateError> {
+        self.render_messages_with(
+            messages,
+            request,
+            sanitizer,
+            tag,
+            |template, context, now, json| template.render_data(context, now, json),
+        )
+    }
+
+    /// [`JinjaFormat::render_messages`] through `render` (given the template, its variables,
+    /// the date-time and the kept `tojson` output).
+    fn render_messages_with<T>(
+        &self,
+        messages: &[Message],
+        request: &JinjaRequest<'_>,
+        sanitizer: Option<&ControlTokens>,
+        tag: bool,
+        render: impl FnOnce(
+            &ChatTemplate,
+            Vec<(&str, Data)>,
+            Option<crate::template::DateTime>,
+            Option<&mut crate::template::JsonMemo>,
+        ) -> Result<T, RenderError>,
+    ) -> Result<T, TemplateError> {
         let mut mark = |s: &str| match sanitizer {
             Some(control) if needs_mark(s, control) => Some(mark_str(s, control)),
             _ => None,
@@ -367,7 +425,7 @@ impl JinjaFormat {
             Data::bool(request.add_generation_prompt),
         ));
         let json = guard.as_deref_mut().map(|state| &mut state.json);
-        self.template.render_data(context, request.now, json).map_err(|e| match e {
+        render(&self.template, context, request.now, json).map_err(|e| match e {
             RenderError::Raised(msg) => {
                 TemplateError::whole(format!("the chat template raised: {msg}"))
             }

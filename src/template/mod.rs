@@ -16,6 +16,11 @@
 //!
 //! Whatever cannot be reproduced exactly (a bound method's memory address, `%`-formatting with
 //! widths, `groupby`, ...) is an error, never a different string.
+//!
+//! A template whose only use of `add_generation_prompt` is a last top-level
+//! `{% if add_generation_prompt %}` block (no `else`), or that has none, renders both prompts at once
+//! ([`ChatTemplate::render_data_split`]): without the generation prompt, its output is the
+//! output with it, cut where that block starts. A session renders once per step instead of twice.
 
 mod args;
 mod calls;
@@ -60,6 +65,17 @@ pub struct DateTime {
     pub second: u32,
 }
 
+/// A fixed date-time for renders that must not depend on the clock (probes, tests): any date
+/// that is not a template's hard-coded default.
+pub const PROBE_NOW: DateTime = DateTime {
+    year: 2025,
+    month: 3,
+    day: 14,
+    hour: 9,
+    minute: 26,
+    second: 53,
+};
+
 /// Why rendering failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenderError {
@@ -91,6 +107,9 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     source: String,
     reads_clock: bool,
+    /// Whether the environment also holds the template with [`GENERATION_MARK`] before its
+    /// generation-prompt block ([`generation_block`]).
+    splits: bool,
     /// The names the template reads from its context ([`variables::undeclared`]).
     variables: std::collections::BTreeSet<String>,
 }
@@ -104,6 +123,12 @@ impl fmt::Debug for ChatTemplate {
 }
 
 const TEMPLATE_NAME: &str = "chat_template";
+/// The template with [`GENERATION_MARK`] before its generation-prompt block.
+const SPLIT_TEMPLATE_NAME: &str = "chat_template_split";
+/// Written where the generation-prompt block starts (a private-use character, next to the
+/// sanitizer's markers U+F0000 and U+F0001); a render holding it more than once (caller text
+/// held it) is not split.
+const GENERATION_MARK: char = '\u{F0002}';
 /// The context key holding the render's date-time (not a valid template identifier).
 const NOW_KEY: &str = "\u{1}chatids_now";
 
@@ -133,20 +158,32 @@ impl ChatTemplate {
         let tokens = lexer::tokenize(source)
             .map_err(|e| format!("syntax error: {} (line {})", e.message, e.line))?;
         let markup = uses_markup(&tokens);
+        let generation_reads = tokens
+            .iter()
+            .filter(|t| matches!(&t.tok, lexer::Tok::Name(n) if n == GENERATION_VARIABLE))
+            .count();
         let stmts = parser::parse(tokens)
             .map_err(|e| format!("syntax error: {} (line {})", e.message, e.line))?;
         let emitted = emit::emit(&stmts, markup)?;
         let variables = variables::undeclared(&stmts);
         let mut env = new_environment();
-        let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            env.add_template_owned(TEMPLATE_NAME, emitted.source)
-        }))
-        .map_err(|_| "internal error in the template engine".to_string())?;
-        added.map_err(|e| format!("unsupported template: {}", describe(&e)))?;
+        add_template(&mut env, TEMPLATE_NAME, emitted.source)?;
+        let split = match generation_block(&stmts, generation_reads) {
+            Some(at) => {
+                let mut marked = stmts.clone();
+                marked.insert(at, parser::Stmt::Data(GENERATION_MARK.to_string()));
+                // The same statements with one more text: it compiles as the template did.
+                emit::emit(&marked, markup)
+                    .and_then(|e| add_template(&mut env, SPLIT_TEMPLATE_NAME, e.source))
+                    .is_ok()
+            }
+            None => false,
+        };
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
             reads_clock: emitted.reads_clock,
+            splits: split,
             variables,
         })
     }
@@ -178,25 +215,62 @@ impl ChatTemplate {
         now: Option<DateTime>,
         memo: Option<&mut JsonMemo>,
     ) -> Result<String, RenderError> {
-        if context.iter().any(|(_, d)| d.depth > pyvalue::MAX_DEPTH) {
-            return Err(RenderError::Failed(
-                "the context is nested too deeply".into(),
-            ));
-        }
-        let mut root = Dict::with_capacity(context.len() + 1);
-        for (k, d) in context {
-            root.insert(Value::from(k), d.value);
-        }
+        let root = root_of(context)?;
         data::with_memo(memo, || self.render_root(root, now))
     }
 
-    fn render_root(&self, mut root: Dict, now: Option<DateTime>) -> Result<String, RenderError> {
+    /// Whether [`ChatTemplate::render_data_split`] can split this template's renders.
+    pub fn splits(&self) -> bool {
+        self.splits
+    }
+
+    /// [`ChatTemplate::render_data`] of a context whose `add_generation_prompt` is true, and
+    /// where the output without the generation prompt ends: `Some((text, at))`, where
+    /// `text[..at]` is what the render with `add_generation_prompt` false gives. `None` when
+    /// the template does not split ([`ChatTemplate::splits`]) or this render cannot be split
+    /// (its text holds [`GENERATION_MARK`] itself).
+    ///
+    /// Exact because the template reads `add_generation_prompt` in one place, the test of its
+    /// last top-level statement, an `if` without `else` ([`generation_block`]): up to that
+    /// statement both renders run the same, it writes nothing when the test is false, and
+    /// nothing follows it. (A template that never reads it renders the same text both ways.)
+    pub fn render_data_split(
+        &self,
+        context: Vec<(&str, Data)>,
+        now: Option<DateTime>,
+        memo: Option<&mut JsonMemo>,
+    ) -> Result<Option<(String, usize)>, RenderError> {
+        if !self.splits {
+            return Ok(None);
+        }
+        let root = root_of(context)?;
+        let text = data::with_memo(memo, || self.render_root_of(SPLIT_TEMPLATE_NAME, root, now))?;
+        let mut marks = text.match_indices(GENERATION_MARK);
+        let (Some((at, mark)), None) = (marks.next(), marks.next()) else {
+            return Ok(None);
+        };
+        let mut whole = String::with_capacity(text.len() - mark.len());
+        whole.push_str(&text[..at]);
+        whole.push_str(&text[at + mark.len()..]);
+        Ok(Some((whole, at)))
+    }
+
+    fn render_root(&self, root: Dict, now: Option<DateTime>) -> Result<String, RenderError> {
+        self.render_root_of(TEMPLATE_NAME, root, now)
+    }
+
+    fn render_root_of(
+        &self,
+        name: &str,
+        mut root: Dict,
+        now: Option<DateTime>,
+    ) -> Result<String, RenderError> {
         if let Some(now) = now {
             root.insert(Value::from(NOW_KEY), Value::from_object(Clock(now)));
         }
         let template = self
             .env
-            .get_template(TEMPLATE_NAME)
+            .get_template(name)
             .map_err(|e| RenderError::Failed(describe(&e)))?;
         template
             .render(new_dict(root))
@@ -218,6 +292,62 @@ impl ChatTemplate {
     /// The template source.
     pub fn source(&self) -> &str {
         &self.source
+    }
+}
+
+/// The top-level variables of a render from values converted beforehand.
+fn root_of(context: Vec<(&str, Data)>) -> Result<Dict, RenderError> {
+    if context.iter().any(|(_, d)| d.depth > pyvalue::MAX_DEPTH) {
+        return Err(RenderError::Failed(
+            "the context is nested too deeply".into(),
+        ));
+    }
+    let mut root = Dict::with_capacity(context.len() + 1);
+    for (k, d) in context {
+        root.insert(Value::from(k), d.value);
+    }
+    Ok(root)
+}
+
+/// Add the emitted `source` to `env` as template `name`.
+fn add_template(
+    env: &mut Environment<'static>,
+    name: &'static str,
+    source: String,
+) -> Result<(), String> {
+    let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        env.add_template_owned(name, source)
+    }))
+    .map_err(|_| "internal error in the template engine".to_string())?;
+    added.map_err(|e| format!("unsupported template: {}", describe(&e)))
+}
+
+/// The variable that asks for the generation prompt.
+const GENERATION_VARIABLE: &str = "add_generation_prompt";
+
+/// Where the generation-prompt block starts, when the template's output without the
+/// generation prompt is its output with it cut there: the last top-level statement that
+/// writes anything is `{% if add_generation_prompt %}...{% endif %}` (one branch, no `else`),
+/// and that test is the template's only mention of the name; or the end, when the template
+/// never names it (Llama 2, Mistral: no generation prompt) (`reads`: how many times its
+/// tokens name it; a mention anywhere else, even an assignment, attribute or parameter of the
+/// same name, rules the split out).
+fn generation_block(stmts: &[parser::Stmt], reads: usize) -> Option<usize> {
+    use parser::{Expr, Stmt};
+    match reads {
+        // Never read: both outputs are the same, cut at the end.
+        0 => return Some(stmts.len()),
+        1 => {}
+        _ => return None,
+    }
+    let at = stmts
+        .iter()
+        .rposition(|s| !matches!(s, Stmt::Data(text) if text.is_empty()))?;
+    match &stmts[at] {
+        Stmt::If { branches, else_ } if else_.is_empty() && branches.len() == 1 => {
+            matches!(&branches[0].0, Expr::Name(n) if n == GENERATION_VARIABLE).then_some(at)
+        }
+        _ => None,
     }
 }
 
@@ -559,5 +689,129 @@ mod tests {
             render("{{ x.items }}", ctx),
             Err(RenderError::Failed(_))
         ));
+    }
+
+    /// Every template of the repository's corpus (and the shared checkpoints' when
+    /// `CHATIDS_MODELS_DIR` is set) that splits renders, cut at the mark, exactly what it
+    /// renders without the generation prompt, and, mark removed, what it renders with it.
+    #[test]
+    fn split_renders_are_the_two_renders() {
+        let mut sources: Vec<(String, String)> = Vec::new();
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/template_corpus/templates");
+        let mut dirs = vec![corpus];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "jinja") {
+                    sources.push((
+                        path.display().to_string(),
+                        std::fs::read_to_string(&path).unwrap(),
+                    ));
+                }
+            }
+        }
+        if let Ok(base) = std::env::var("CHATIDS_MODELS_DIR") {
+            for entry in std::fs::read_dir(base).unwrap().flatten() {
+                let (dir, name) = (
+                    entry.path(),
+                    entry.file_name().to_string_lossy().to_string(),
+                );
+                if let Ok(text) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+                    sources.push((name.clone(), text));
+                }
+                let config =
+                    std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap_or_default();
+                if let Ok(serde_json::Value::Object(c)) = serde_json::from_str(&config) {
+                    if let Some(serde_json::Value::String(t)) = c.get("chat_template") {
+                        sources.push((name, t.clone()));
+                    }
+                }
+            }
+        }
+        let conversations = [
+            serde_json::json!([{"role": "user", "content": "Hi"}]),
+            serde_json::json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": "Hi there"},
+                {"role": "user", "content": "Why?"}
+            ]),
+        ];
+        let (mut split, mut compared, mut whole) = (0, 0, 0);
+        for (name, source) in &sources {
+            let Ok(template) = ChatTemplate::compile(source) else {
+                continue;
+            };
+            if !template.splits() {
+                whole += 1;
+                if std::env::var("CHATIDS_SHOW_SPLITS").is_ok() {
+                    eprintln!("whole: {name}");
+                }
+                continue;
+            }
+            split += 1;
+            for messages in &conversations {
+                let context = |agp: bool| -> Vec<(&str, Data)> {
+                    let mut none = |_: &str| None;
+                    vec![
+                        ("bos_token", Data::string("<s>", &mut none)),
+                        ("eos_token", Data::string("</s>", &mut none)),
+                        ("messages", Data::from_json(messages, &mut none)),
+                        ("add_generation_prompt", Data::bool(agp)),
+                    ]
+                };
+                let without = template.render_data(context(false), Some(PROBE_NOW), None);
+                let with = template.render_data(context(true), Some(PROBE_NOW), None);
+                match template.render_data_split(context(true), Some(PROBE_NOW), None) {
+                    Ok(Some((text, at))) => {
+                        compared += 1;
+                        assert_eq!(
+                            with.as_deref().ok(),
+                            Some(text.as_str()),
+                            "{name}: with the prompt"
+                        );
+                        assert_eq!(
+                            without.as_deref().ok(),
+                            Some(&text[..at]),
+                            "{name}: without it"
+                        );
+                    }
+                    Ok(None) => {
+                        panic!("{name}: a render without the mark in caller text did not split")
+                    }
+                    Err(_) => assert!(with.is_err(), "{name}: only the split render failed"),
+                }
+            }
+        }
+        eprintln!("{split} templates split ({compared} renders compared), {whole} do not");
+        assert!(
+            split > 100 && compared > 100 && whole > 10,
+            "{split} split, {compared} compared, {whole} not"
+        );
+        // A template that names the variable anywhere else, or has an else, does not split.
+        for source in [
+            "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}A{% else %}B{% endif %}",
+            "{{ add_generation_prompt }}{% if add_generation_prompt %}A{% endif %}",
+            "{% if add_generation_prompt %}A{% endif %}{{ messages | length }}",
+            "{% set add_generation_prompt = true %}{% if add_generation_prompt %}A{% endif %}",
+        ] {
+            assert!(!ChatTemplate::compile(source).unwrap().splits(), "{source}");
+        }
+        let t = ChatTemplate::compile(
+            "{{ messages[0].content }}{% if add_generation_prompt %}A{% endif %}",
+        )
+        .unwrap();
+        assert!(t.splits());
+        // Caller text holding the mark: not split.
+        let mut none = |_: &str| None;
+        let messages = serde_json::json!([{"role": "user", "content": "x\u{F0002}y"}]);
+        let context = vec![
+            ("messages", Data::from_json(&messages, &mut none)),
+            ("add_generation_prompt", Data::bool(true)),
+        ];
+        assert!(matches!(t.render_data_split(context, None, None), Ok(None)));
     }
 }
