@@ -170,19 +170,27 @@ fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
     }
 }
 
-/// The plan of the generation prompt for the session's messages as they are: what
-/// [`Session::generation_prompt`] computed last, which [`Session::append_completion`] starts
-/// from (the model's turn follows that prompt). Cleared by every change of the session.
+/// The generation prompt for the session's messages as they are: its plan, which
+/// [`Session::generation_prompt`] computed last and [`Session::append_completion`] starts from
+/// (the model's turn follows that prompt), or its pieces as the last append rendered them, to
+/// be planned when asked for (an append that is not followed by a prompt does not pay for
+/// one). Cleared by every change of the session.
+#[derive(Clone)]
+enum Prompt {
+    Planned(Plan),
+    Rendered(std::sync::Arc<Pieces<'static>>),
+}
+
 #[derive(Default)]
-struct PromptCache(std::sync::Mutex<Option<Plan>>);
+struct PromptCache(std::sync::Mutex<Option<Prompt>>);
 
 impl PromptCache {
-    fn get(&self) -> Option<Plan> {
+    fn get(&self) -> Option<Prompt> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn set(&self, plan: Option<Plan>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = plan;
+    fn set(&self, prompt: Option<Prompt>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = prompt;
     }
 }
 
@@ -284,20 +292,22 @@ impl Session {
         }
     }
 
-    /// The plans of `messages` without and with the generation prompt, from one render
-    /// where the template allows it (see [`crate::template::ChatTemplate::render_data_split`]);
-    /// the second is planned against the state the first would commit. `None` where it does
-    /// not, or where anything fails (rendering each then raises what there is to raise).
-    fn plan_split(&self, encoder: &Encoder, messages: &[Message]) -> Option<(Plan, Plan)> {
+    /// The plan of `messages`, and the pieces with the generation prompt, from one render
+    /// where the template allows it (see [`crate::template::ChatTemplate::render_data_split`]).
+    /// `None` where it does not, or where anything fails (rendering each then raises what
+    /// there is to raise).
+    fn plan_split(
+        &self,
+        encoder: &Encoder,
+        messages: &[Message],
+    ) -> Option<(Plan, Pieces<'static>)> {
         encoder
             .with_rendered_pieces_split(
                 messages,
                 &self.prompt_options,
                 Some(&self.memo),
                 |without, with, pe, splitter| {
-                    let plan = plan_pieces(&self.layout, without, pe, splitter)?;
-                    let prompt = plan_pieces(&plan.layout, with, pe, splitter)?;
-                    Ok((plan, prompt))
+                    Ok((plan_pieces(&self.layout, without, pe, splitter)?, with))
                 },
             )
             .ok()
@@ -305,13 +315,22 @@ impl Session {
     }
 
     /// The plan of the generation prompt for the messages as they are (kept until the
-    /// session changes).
+    /// session changes): planned from the pieces the last append rendered, or rendered now.
     fn prompt_plan(&self, encoder: &Encoder) -> Result<Plan> {
-        if let Some(plan) = self.prompt.get() {
-            return Ok(plan);
-        }
-        let plan = self.plan(encoder, &self.messages, true)?;
-        self.prompt.set(Some(plan.clone()));
+        let planned = match self.prompt.get() {
+            Some(Prompt::Planned(plan)) => return Ok(plan),
+            Some(Prompt::Rendered(pieces)) => encoder
+                .with_piece_encoder(&self.prompt_options, |pe, splitter| {
+                    plan_pieces(&self.layout, &pieces, pe, splitter)
+                })
+                .transpose()?,
+            None => None,
+        };
+        let plan = match planned {
+            Some(plan) => plan,
+            None => self.plan(encoder, &self.messages, true)?,
+        };
+        self.prompt.set(Some(Prompt::Planned(plan.clone())));
         Ok(plan)
     }
 
@@ -344,7 +363,7 @@ impl Session {
         messages.extend(new);
         // One render gives the generation prompt's plan too, where the template allows it.
         let (plan, prompt) = match self.plan_split(encoder, &messages) {
-            Some((plan, prompt)) => (Ok(plan), Some(prompt)),
+            Some((plan, with)) => (Ok(plan), Some(Prompt::Rendered(std::sync::Arc::new(with)))),
             None => (self.plan(encoder, &messages, false), None),
         };
         let planned = plan.and_then(|plan| {

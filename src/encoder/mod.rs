@@ -432,7 +432,7 @@ impl Encoder {
         messages: &[Message],
         options: &EncodeOptions,
         memo: Option<&RenderMemo>,
-        f: impl FnOnce(&Pieces<'_>, &Pieces<'_>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
+        f: impl FnOnce(&Pieces<'_>, Pieces<'static>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
     ) -> Result<Option<R>> {
         let Some((t, encoder, mode)) = self.session_route(options, memo) else {
             return Ok(None);
@@ -444,6 +444,17 @@ impl Encoder {
             mode,
             |without, with| f(without, with, &encoder, &t.token_splitter),
         )
+    }
+
+    /// `f` with the encoder of this checkpoint's pieces and its token splitter, for pieces a
+    /// session rendered earlier with `options` (`None` on the mistral-common route).
+    pub(crate) fn with_piece_encoder<R>(
+        &self,
+        options: &EncodeOptions,
+        f: impl FnOnce(&PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
+    ) -> Option<Result<R>> {
+        let (t, encoder, _) = self.session_route(options, None)?;
+        Some(f(&encoder, &t.token_splitter))
     }
 
     /// The template route a session renders through, its piece encoder and render mode

@@ -279,7 +279,7 @@ impl TemplateRoute {
 impl TemplateRoute {
     /// [`TemplateRoute::with_pieces`] of `messages` without and with the generation prompt,
     /// from one render of the Jinja path (`options` are those with it): `f` gets both piece
-    /// lists. `None` when one render cannot give both (a native format renders, the template
+    /// lists (the second to keep). `None` when one render cannot give both (a native format renders, the template
     /// does not split, the render needs provenance, or any check fails: the caller then
     /// renders each, which raises what there is to raise).
     pub(super) fn with_pieces_split<R>(
@@ -288,7 +288,7 @@ impl TemplateRoute {
         messages: &[Message],
         options: &EncodeOptions,
         mode: RenderMode<'_>,
-        f: impl FnOnce(&Pieces<'_>, &Pieces<'_>) -> Result<R>,
+        f: impl FnOnce(&Pieces<'_>, Pieces<'static>) -> Result<R>,
     ) -> Result<Option<R>> {
         if !options.add_generation_prompt
             || options.continue_final_message
@@ -340,7 +340,7 @@ impl TemplateRoute {
                 return Ok(None);
             }
         }
-        f(&without, &with).map(Some)
+        f(&without, with).map(Some)
     }
 }
 
