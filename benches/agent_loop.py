@@ -7,6 +7,9 @@ Builds the same ``Serving`` case (the conversation, the tools, the 21 prompts ch
 yardstick of the issue-23 target) and ``loop_reencode`` (``encode`` of every prompt), medians of
 ``--rounds`` runs each, ``--repeats`` times.
 
+``--appends-only`` also times the session's appends without a generation prompt after each
+(a session that only grows).
+
 ``--profile SECONDS`` instead runs ``loop_session`` alone for that long after the setup, for a
 profiler attached to the process, e.g.::
 
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--appends-only", action="store_true", help="also time appends without prompts")
     args = parser.parse_args()
     case = serving.Serving(args.model, corpus(), not args.no_tools)
     print(f"{case.label}: format {case.enc.format}, {case.tokens} tokens in the last prompt", flush=True)
@@ -73,7 +77,15 @@ def main() -> None:
         while time.perf_counter() < end:
             case.loop_session()
         return
+    def appends() -> None:
+        msgs = case.messages
+        session = case.enc.session(msgs[:2], tools=case.tools, **case.kwargs)
+        for step in range(serving.STEPS):
+            session.append(msgs[2 + 2 * step : 4 + 2 * step])
+
     for _ in range(args.repeats):
+        if args.appends_only:
+            print(f"appends without prompts {median_seconds(appends, args.rounds) * 1e3:.2f} ms", flush=True)
         loop = median_seconds(case.loop_session, args.rounds)
         full = median_seconds(case.full_encode, args.rounds)
         again = median_seconds(case.loop_reencode, args.rounds)
