@@ -190,15 +190,7 @@ impl TemplateRoute {
             now: options.now,
             memo,
         };
-        // Template text next to a message text could complete a partial control token at its
-        // edge (`x<|eot` + `_id|>`); the encoder sanitizes such tokens only where it knows the
-        // caller's text, so locate message texts then (a second render, rarely needed).
-        let provenance = provenance
-            || (sanitize
-                && messages
-                    .iter()
-                    .flat_map(Message::texts)
-                    .any(|s| self.control_tokens.has_partial_edge(s)));
+        let provenance = provenance || self.edges_need_provenance(messages, sanitize);
         let pieces = jinja.pieces(
             messages,
             &request,
@@ -214,6 +206,18 @@ impl TemplateRoute {
     /// it once, finish the pieces ([`input::Prepared::finish`]) and hand them to `f`.
     /// The piece encoder of this checkpoint; with `sanitize`, control tokens in content are
     /// encoded as text.
+    /// Whether sanitizing `messages` needs provenance: template text next to a message text
+    /// could complete a partial control token at its edge (`x<|eot` + `_id|>`), and the
+    /// encoder sanitizes such tokens only where it knows the caller's text, so message texts
+    /// are located then (a second render, rarely needed).
+    fn edges_need_provenance(&self, messages: &[Message], sanitize: bool) -> bool {
+        sanitize
+            && messages
+                .iter()
+                .flat_map(Message::texts)
+                .any(|s| self.control_tokens.has_partial_edge(s))
+    }
+
     pub(super) fn piece_encoder(&self, sanitize: bool) -> PieceEncoder<'_> {
         PieceEncoder {
             text: &*self.text,
@@ -314,13 +318,8 @@ impl TemplateRoute {
             }
             _ => return Ok(None),
         };
-        if mode.sanitize
-            && messages
-                .iter()
-                .flat_map(Message::texts)
-                .any(|s| self.control_tokens.has_partial_edge(s))
-        {
-            return Ok(None); // provenance: see jinja_pieces
+        if self.edges_need_provenance(messages, mode.sanitize) {
+            return Ok(None);
         }
         let request = JinjaRequest {
             add_generation_prompt: true,
