@@ -289,7 +289,9 @@ const MAPPED: usize = (32 << 20) + 4096;
 /// at least [`MAPPED`] bytes, so that the buffer is memory of its own. Growing it by
 /// doubling would copy the ids each time, and with glibc's allocator the freed copies can stay
 /// in the process; memory of its own grows and shrinks in place (`mremap`), and the room not
-/// used is never touched, so never resident, and is given back at the end.
+/// used is never touched, so never resident, and is given back at the end. (The Python
+/// extension allocates with mimalloc, `src/python/allocator.rs`, which commits arena memory as
+/// it is touched: the room not used is not resident there either.)
 fn reserve_for_rest(batch: &mut Batch, done: usize, total: usize) {
     let per_conversation = batch.ids.len() as f64 / done.max(1) as f64;
     let expected = (per_conversation * total as f64 * 1.25) as usize;

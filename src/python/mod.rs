@@ -9,7 +9,7 @@
 //! and template arguments into the core's types; `options` converts a call's options;
 //! `encoder` and `session` are the two classes; `arrays` fills the padding and packing arrays
 //! in place; `hooks` are the test hooks of the lower layers (the test suite runs them against
-//! the wheel, so they ship in it).
+//! the wheel, so they ship in it); `allocator` is the module's memory allocator.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 
 use crate::error::Error;
 
+mod allocator;
 mod arrays;
 mod completion;
 mod convert;
@@ -82,6 +83,7 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    allocator::configure();
     m.add_class::<encoder::PyEncoder>()?;
     m.add_class::<session::PySession>()?;
     m.add_class::<completion::PyCompletionStream>()?;
