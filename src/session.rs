@@ -177,7 +177,7 @@ fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
 /// one). Cleared by every change of the session.
 #[derive(Clone)]
 enum Prompt {
-    Planned(Plan),
+    Planned(std::sync::Arc<Plan>),
     Rendered(std::sync::Arc<Pieces<'static>>),
 }
 
@@ -316,7 +316,7 @@ impl Session {
 
     /// The plan of the generation prompt for the messages as they are (kept until the
     /// session changes): planned from the pieces the last append rendered, or rendered now.
-    fn prompt_plan(&self, encoder: &Encoder) -> Result<Plan> {
+    fn prompt_plan(&self, encoder: &Encoder) -> Result<std::sync::Arc<Plan>> {
         let planned = match self.prompt.get() {
             Some(Prompt::Planned(plan)) => return Ok(plan),
             Some(Prompt::Rendered(pieces)) => encoder
@@ -326,10 +326,10 @@ impl Session {
                 .transpose()?,
             None => None,
         };
-        let plan = match planned {
+        let plan = std::sync::Arc::new(match planned {
             Some(plan) => plan,
             None => self.plan(encoder, &self.messages, true)?,
-        };
+        });
         self.prompt.set(Some(Prompt::Planned(plan.clone())));
         Ok(plan)
     }
@@ -396,8 +396,9 @@ impl Session {
     pub fn generation_prompt(&self, encoder: &Encoder) -> Result<Vec<u32>> {
         let plan = self.prompt_plan(encoder)?;
         self.check(&plan, "the generation prompt")?;
-        let mut ids = self.ids[..plan.keep].to_vec();
-        ids.extend(plan.tail);
+        let mut ids = Vec::with_capacity(plan.keep + plan.tail.len());
+        ids.extend_from_slice(&self.ids[..plan.keep]);
+        ids.extend_from_slice(&plan.tail);
         Ok(ids)
     }
 
