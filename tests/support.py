@@ -247,6 +247,46 @@ def freeze_transformers_clock() -> None:
     ctu.datetime = Frozen
 
 
+_FROZEN_ADDED = "_chatids_frozen_added_tokens"
+
+
+def freeze_added_tokens(tok: Any) -> Any:
+    """Build the added tokens of a shared reference tokenizer once, not on every read.
+
+    transformers' ``TokenizersBackend`` rebuilds ``added_tokens_decoder`` (a dict of ``AddedToken``
+    objects, from the Rust tokenizer) and ``added_tokens_encoder`` on every access, and
+    ``apply_chat_template(..., sanitize_control_tokens=True)`` reads them several times per call:
+    py-spy put them at 57% and 34% of ``make conformance-full``'s time (the render 1%). The
+    tokenizers ``load_model`` shares are never given new tokens, so their two maps are built
+    once here and handed out as copies; any other tokenizer (a test that adds tokens loads its
+    own) reads the originals. transformers still computes every expected id.
+    """
+    try:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return tok
+    if not isinstance(tok, TokenizersBackend):
+        return tok
+    cls = TokenizersBackend
+    if not getattr(cls, "_chatids_reads_frozen_added_tokens", False):
+        decoder, encoder = cls.added_tokens_decoder.fget, cls.added_tokens_encoder.fget
+
+        def added_tokens_decoder(self: Any) -> dict:
+            frozen = self.__dict__.get(_FROZEN_ADDED)
+            return decoder(self) if frozen is None else dict(frozen[0])
+
+        def added_tokens_encoder(self: Any) -> dict:
+            frozen = self.__dict__.get(_FROZEN_ADDED)
+            return encoder(self) if frozen is None else dict(frozen[1])
+
+        cls.added_tokens_decoder = cls._added_tokens_decoder = property(added_tokens_decoder)
+        cls.added_tokens_encoder = cls._added_tokens_encoder = property(added_tokens_encoder)
+        cls._chatids_reads_frozen_added_tokens = True
+    if _FROZEN_ADDED not in tok.__dict__:
+        tok.__dict__[_FROZEN_ADDED] = (tok.added_tokens_decoder, tok.added_tokens_encoder)
+    return tok
+
+
 _LOADED: dict[tuple[str, bool], Model] = {}
 
 
@@ -265,7 +305,7 @@ def load_model(name: str, generic: bool = False) -> Model:
         import datetime as dt
 
         freeze_transformers_clock()
-        tok = _TOKENIZERS.get(name) or AutoTokenizer.from_pretrained(str(path))
+        tok = _TOKENIZERS.get(name) or freeze_added_tokens(AutoTokenizer.from_pretrained(str(path)))
         _TOKENIZERS[name] = tok
         _LOADED[key] = Model(
             name=f"{name} [jinja]" if generic else name,
