@@ -202,10 +202,6 @@ impl TemplateRoute {
         Ok(pieces)
     }
 
-    /// Prepare the conversation (the template-argument rule, then [`input::prepare`]), render
-    /// it once, finish the pieces ([`input::Prepared::finish`]) and hand them to `f`.
-    /// The piece encoder of this checkpoint; with `sanitize`, control tokens in content are
-    /// encoded as text.
     /// Whether sanitizing `messages` needs provenance: template text next to a message text
     /// could complete a partial control token at its edge (`x<|eot` + `_id|>`), and the
     /// encoder sanitizes such tokens only where it knows the caller's text, so message texts
@@ -218,6 +214,8 @@ impl TemplateRoute {
                 .any(|s| self.control_tokens.has_partial_edge(s))
     }
 
+    /// The piece encoder of this checkpoint; with `sanitize`, control tokens in content are
+    /// encoded as text.
     pub(super) fn piece_encoder(&self, sanitize: bool) -> PieceEncoder<'_> {
         PieceEncoder {
             text: &*self.text,
@@ -262,6 +260,8 @@ impl TemplateRoute {
         )
     }
 
+    /// Prepare the conversation (the template-argument rule, then [`input::prepare`]), render
+    /// it once, finish the pieces ([`input::Prepared::finish`]) and hand them to `f`.
     pub(super) fn with_pieces<R>(
         &self,
         policy: ArgsPolicy,
