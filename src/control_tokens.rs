@@ -191,44 +191,55 @@ impl TokenSplitter {
     }
 
     /// `pieces` with each boundary token inside template text made a token piece of its own.
-    pub fn split<'a>(&self, pieces: &[Piece<'a>]) -> Vec<Piece<'a>> {
+    /// The pieces borrow their texts from `pieces`, and a short template text that comes
+    /// back (a rendered conversation repeats its role headers and turn ends) is searched once
+    /// per call: a session splits its whole conversation at every step.
+    pub fn split<'p>(&self, pieces: &'p [Piece<'_>]) -> Vec<Piece<'p>> {
+        /// Longer texts are searched each time (hashing them costs about as much).
+        const MEMO_BYTES: usize = 256;
         let mut out = Vec::with_capacity(pieces.len());
+        // Text -> its boundary hits, `(start, end, id)`, in `hits[from..to]`.
+        let mut memo: rustc_hash::FxHashMap<&'p str, (usize, usize)> = Default::default();
+        let mut hits: Vec<(usize, usize, u32)> = Vec::new();
         for piece in pieces {
+            let text: &'p str = &piece.text;
+            let part = |range: std::ops::Range<usize>, kind: PieceKind| Piece {
+                kind,
+                text: Cow::Borrowed(&text[range]),
+                message: piece.message,
+                body: piece.body,
+            };
             if piece.kind != PieceKind::TemplateText {
-                out.push(piece.clone());
+                out.push(part(0..text.len(), piece.kind));
                 continue;
             }
-            let mut cursor = 0;
-            let part = |range: std::ops::Range<usize>| -> Cow<'a, str> {
-                match &piece.text {
-                    Cow::Borrowed(s) => Cow::Borrowed(&s[range]),
-                    Cow::Owned(s) => Cow::Owned(s[range].to_string()),
+            let found = match memo.get(text) {
+                Some(&range) => range,
+                None => {
+                    let from = hits.len();
+                    hits.extend(
+                        self.matcher
+                            .find_iter(text)
+                            .filter(|hit| self.boundaries.binary_search(&hit.id).is_ok())
+                            .map(|hit| (hit.start, hit.end, hit.id)),
+                    );
+                    let range = (from, hits.len());
+                    if text.len() <= MEMO_BYTES {
+                        memo.insert(text, range);
+                    }
+                    range
                 }
             };
-            for hit in self.matcher.find_iter(&piece.text) {
-                if self.boundaries.binary_search(&hit.id).is_err() {
-                    continue;
+            let mut cursor = 0;
+            for &(start, end, id) in &hits[found.0..found.1] {
+                if cursor < start {
+                    out.push(part(cursor..start, piece.kind));
                 }
-                if cursor < hit.start {
-                    out.push(Piece {
-                        text: part(cursor..hit.start),
-                        ..piece.clone_shallow()
-                    });
-                }
-                out.push(Piece {
-                    kind: PieceKind::Token(hit.id),
-                    text: part(hit.start..hit.end),
-                    ..piece.clone_shallow()
-                });
-                cursor = hit.end;
+                out.push(part(start..end, PieceKind::Token(id)));
+                cursor = end;
             }
-            if cursor == 0 {
-                out.push(piece.clone());
-            } else if cursor < piece.text.len() {
-                out.push(Piece {
-                    text: part(cursor..piece.text.len()),
-                    ..piece.clone_shallow()
-                });
+            if cursor == 0 || cursor < text.len() {
+                out.push(part(cursor..text.len(), piece.kind));
             }
         }
         out
