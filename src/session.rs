@@ -264,6 +264,15 @@ impl Session {
         self.on_rewrite
     }
 
+    /// Whether messages for this session should carry their whole dicts
+    /// ([`Message::raw`]): where the checkpoint's template renders them (the Jinja path, or
+    /// tools, which a native format hands to the template). The template then sees every
+    /// key, and the session recognizes messages it has converted (and rendered) by their
+    /// dicts, instead of converting them again at every render.
+    pub fn keeps_dicts(&self, encoder: &Encoder) -> bool {
+        encoder.is_jinja() || crate::message::uses_tools(&[], &self.options.kwargs)
+    }
+
     /// Plan the encoding of `messages` (the session's, extended) with or without the
     /// generation prompt.
     fn plan(&self, encoder: &Encoder, messages: &[Message], agp: bool) -> Result<Plan> {

@@ -57,13 +57,13 @@ impl PySession {
 
     /// Parse appended messages, numbering them after the session's messages in errors.
     fn parse(&self, messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
-        let offset = self
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .messages()
-            .len();
-        let raw = self.encoder.get().inner.is_jinja();
+        let (offset, raw) = {
+            let session = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                session.messages().len(),
+                session.keeps_dicts(&self.encoder.get().inner),
+            )
+        };
         messages_from_py(messages, raw).map_err(|e| to_py_err(renumber(e, offset).into()))
     }
 }
@@ -96,14 +96,15 @@ impl PySession {
         ids: Vec<u32>,
         message: &Bound<'py, PyAny>,
     ) -> PyResult<(usize, Bound<'py, PyArray1<u32>>)> {
-        let index = self
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .messages()
-            .len();
+        let (index, raw) = {
+            let session = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                session.messages().len(),
+                session.keeps_dicts(&self.encoder.get().inner),
+            )
+        };
         let parse = |raw| message_from_py(message, index, raw).map_err(|e| to_py_err(e.into()));
-        let mut parsed = parse(self.encoder.get().inner.is_jinja())?;
+        let mut parsed = parse(raw)?;
         if parsed.raw.is_none() && crate::message::is_tool_message(&parsed) {
             parsed = parse(true)?;
         }
