@@ -75,6 +75,31 @@ struct MemoState {
     /// The template arguments the kept ones were converted from, and their values.
     kwargs: Option<(crate::render::native::TemplateArgs, Vec<(String, Data)>)>,
     json: JsonMemo,
+    /// The last resumable render's state ([`ChatTemplate::render_data_resume`]), with the
+    /// messages' dicts and the date-time it was rendered with.
+    resume: Option<KeptLoop>,
+}
+
+/// A resumable render's state and what it was rendered from.
+#[derive(Debug)]
+struct KeptLoop {
+    messages: Vec<std::sync::Arc<Map<String, Value>>>,
+    now: Option<DateTime>,
+    state: crate::template::LoopState,
+}
+
+impl KeptLoop {
+    /// Whether `messages` begin with the kept render's messages (the same dicts), rendered
+    /// at the same date-time.
+    fn extended_by(&self, messages: &[Message], now: Option<DateTime>) -> bool {
+        self.now == now
+            && self.messages.len() <= messages.len()
+            && self.messages.iter().zip(messages).all(|(kept, m)| {
+                m.raw
+                    .as_ref()
+                    .is_some_and(|raw| std::sync::Arc::ptr_eq(kept, raw))
+            })
+    }
 }
 
 impl Clone for RenderMemo {
@@ -231,8 +256,28 @@ impl JinjaFormat {
             ..*request
         };
         let split =
-            self.render_messages_with(messages, &request, sanitizer, false, |t, c, n, m| {
-                t.render_data_split(c, n, m)
+            self.render_messages_with(messages, &request, sanitizer, false, |t, c, n, state| {
+                let state = match state {
+                    Some(state) if t.resumes() => state,
+                    other => return t.render_data_split(c, n, other.map(|s| &mut s.json)),
+                };
+                // Keep the loop's state where every message has its dict (recognized by it).
+                let raws: Option<Vec<_>> = messages.iter().map(|m| m.raw.clone()).collect();
+                let kept = state.resume.take().filter(|k| k.extended_by(messages, n));
+                let resumed = t.render_data_resume(
+                    c,
+                    n,
+                    Some(&mut state.json),
+                    kept.as_ref().map(|k| &k.state),
+                )?;
+                Ok(resumed.map(|(text, at, loop_state)| {
+                    state.resume = raws.map(|messages| KeptLoop {
+                        messages,
+                        now: n,
+                        state: loop_state,
+                    });
+                    (text, at)
+                }))
             })?;
         let Some((whole, at)) = split else {
             return Ok(None);
@@ -313,7 +358,9 @@ impl JinjaFormat {
             request,
             sanitizer,
             tag,
-            |template, context, now, json| template.render_data(context, now, json),
+            |template, context, now, state| {
+                template.render_data(context, now, state.map(|s| &mut s.json))
+            },
         )
     }
 
@@ -329,7 +376,7 @@ impl JinjaFormat {
             &ChatTemplate,
             Vec<(&str, Data)>,
             Option<crate::template::DateTime>,
-            Option<&mut crate::template::JsonMemo>,
+            Option<&mut MemoState>,
         ) -> Result<T, RenderError>,
     ) -> Result<T, TemplateError> {
         let mut mark = |s: &str| match sanitizer {
@@ -380,6 +427,8 @@ impl JinjaFormat {
                     .collect();
                 if let Some(state) = guard.as_deref_mut() {
                     state.kwargs = Some((request.kwargs.clone(), values.clone()));
+                    // A render with other arguments does not resume one with these.
+                    state.resume = None;
                 }
                 values
             }
@@ -424,8 +473,7 @@ impl JinjaFormat {
             "add_generation_prompt",
             Data::bool(request.add_generation_prompt),
         ));
-        let json = guard.as_deref_mut().map(|state| &mut state.json);
-        render(&self.template, context, request.now, json).map_err(|e| match e {
+        render(&self.template, context, request.now, guard.as_deref_mut()).map_err(|e| match e {
             RenderError::Raised(msg) => {
                 TemplateError::whole(format!("the chat template raised: {msg}"))
             }

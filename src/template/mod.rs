@@ -21,6 +21,11 @@
 //! `{% if add_generation_prompt %}` block (no `else`), or that has none, renders both prompts at once
 //! ([`ChatTemplate::render_data_split`]): without the generation prompt, its output is the
 //! output with it, cut where that block starts. A session renders once per step instead of twice.
+//!
+//! A split template whose message loop is proven to render each message from that message,
+//! its index and the messages before it ([`resume`]) also renders *resumed*
+//! ([`ChatTemplate::render_data_resume`]): only the iterations a session has not rendered,
+//! with the kept text of the others spliced in.
 
 mod args;
 mod calls;
@@ -35,6 +40,7 @@ mod ops;
 mod parser;
 mod predicates;
 pub(crate) mod pyvalue;
+mod resume;
 mod scope;
 mod strftime;
 mod unicode;
@@ -49,6 +55,7 @@ use minijinja::value::{Object, ObjectRepr, Value};
 use minijinja::{Environment, Error, ErrorKind, State};
 
 pub use self::data::{Data, JsonMemo};
+pub use self::resume::LoopState;
 pub use self::strftime::strftime;
 
 use self::args::{bind, split_args};
@@ -110,6 +117,8 @@ pub struct ChatTemplate {
     /// Whether the environment also holds the template with [`GENERATION_MARK`] before its
     /// generation-prompt block ([`generation_block`]).
     splits: bool,
+    /// Where the environment also holds the resumable template ([`resume`]): its proof.
+    resumes: Option<resume::Proof>,
     /// The names the template reads from its context ([`variables::undeclared`]).
     variables: std::collections::BTreeSet<String>,
 }
@@ -125,6 +134,8 @@ impl fmt::Debug for ChatTemplate {
 const TEMPLATE_NAME: &str = "chat_template";
 /// The template with [`GENERATION_MARK`] before its generation-prompt block.
 const SPLIT_TEMPLATE_NAME: &str = "chat_template_split";
+/// The split template with its message loop resumable ([`resume::instrument`]).
+const RESUME_TEMPLATE_NAME: &str = "chat_template_resume";
 /// Written where the generation-prompt block starts (a private-use character, next to the
 /// sanitizer's markers U+F0000 and U+F0001); a render holding it more than once (caller text
 /// held it) is not split.
@@ -168,10 +179,21 @@ impl ChatTemplate {
         let variables = variables::undeclared(&stmts);
         let mut env = new_environment();
         add_template(&mut env, TEMPLATE_NAME, emitted.source)?;
+        let mut resumes = None;
         let split = match generation_block(&stmts, generation_reads) {
             Some(at) => {
                 let mut marked = stmts.clone();
                 marked.insert(at, parser::Stmt::Data(GENERATION_MARK.to_string()));
+                // The message loop comes before the generation-prompt block.
+                resumes = resume::analyse(&stmts)
+                    .filter(|p| p.at < at)
+                    .filter(|proof| {
+                        resume::instrument(&marked, proof)
+                            .ok_or_else(String::new)
+                            .and_then(|s| emit::emit(&s, markup))
+                            .and_then(|e| add_template(&mut env, RESUME_TEMPLATE_NAME, e.source))
+                            .is_ok()
+                    });
                 // The same statements with one more text: it compiles as the template did.
                 emit::emit(&marked, markup)
                     .and_then(|e| add_template(&mut env, SPLIT_TEMPLATE_NAME, e.source))
@@ -184,6 +206,7 @@ impl ChatTemplate {
             source: source.to_string(),
             reads_clock: emitted.reads_clock,
             splits: split,
+            resumes: resumes.filter(|_| split),
             variables,
         })
     }
@@ -253,6 +276,62 @@ impl ChatTemplate {
         whole.push_str(&text[..at]);
         whole.push_str(&text[at + mark.len()..]);
         Ok(Some((whole, at)))
+    }
+
+    /// Whether [`ChatTemplate::render_data_resume`] can resume this template's renders.
+    pub fn resumes(&self) -> bool {
+        self.resumes.is_some()
+    }
+
+    /// [`ChatTemplate::render_data_split`], rendering only the message-loop iterations that
+    /// `kept` (the state of an earlier render of the same conversation, shorter or as long)
+    /// does not hold, and taking the others' text from it ([`resume`]): `Some((text, at,
+    /// state))`, `state` being what the next render resumes from. `kept` must come from a
+    /// render of this template whose messages, in the same order, are the first ones of this
+    /// context's (the same values), with the same other variables and date-time: the caller
+    /// checks that. `None` when the template does not resume or the render holds the marks
+    /// itself (caller text held one).
+    pub fn render_data_resume(
+        &self,
+        context: Vec<(&str, Data)>,
+        now: Option<DateTime>,
+        memo: Option<&mut JsonMemo>,
+        kept: Option<&LoopState>,
+    ) -> Result<Option<(String, usize, LoopState)>, RenderError> {
+        let Some(proof) = &self.resumes else {
+            return Ok(None);
+        };
+        let messages = context
+            .iter()
+            .find(|(k, _)| *k == "messages")
+            .and_then(|(_, d)| d.value.len())
+            .unwrap_or(0);
+        let root = root_of(context)?;
+        data::with_memo(memo, || {
+            let mut skip = resume::skip_of(kept, proof.lookahead);
+            loop {
+                let mut root = root.clone();
+                root.insert(Value::from(resume::SKIP_NAME), Value::from(skip));
+                resume::REL_FLOOR.with(|f| f.set(usize::MAX));
+                let raw = self.render_root_of(RESUME_TEMPLATE_NAME, root, now)?;
+                let floor = resume::REL_FLOOR.with(|f| f.get());
+                let kept = kept.filter(|_| skip > 0);
+                match resume::assemble(
+                    &raw,
+                    GENERATION_MARK,
+                    messages,
+                    skip,
+                    kept,
+                    proof.lookahead,
+                    floor,
+                ) {
+                    Some(r) => return Ok(Some((r.text, r.at, r.state))),
+                    // The loop's items moved against the kept ones: render them all.
+                    None if skip > 0 => skip = 0,
+                    None => return Ok(None),
+                }
+            }
+        })
     }
 
     fn render_root(&self, root: Dict, now: Option<DateTime>) -> Result<String, RenderError> {
@@ -467,6 +546,21 @@ fn new_environment() -> Environment<'static> {
         },
     );
     env.add_function("range", range);
+    // The resumable template's record of relative reads outside the list (`resume`).
+    env.add_function(resume::REL_NAME, |args: &[Value]| -> Result<Value, Error> {
+        let [index, iteration, length] = args else {
+            return Err(err("__cj_rel takes 3 arguments"));
+        };
+        let inside = match (as_int(index), length.as_usize()) {
+            (Some(i), Some(n)) => i >= 0 && (i as u128) < n as u128,
+            _ => false,
+        };
+        if !inside {
+            let at = iteration.as_usize().unwrap_or(0);
+            resume::REL_FLOOR.with(|f| f.set(f.get().min(at)));
+        }
+        Ok(index.clone())
+    });
     env.add_global("dict", Value::from_object(DictFn));
     env.add_function("namespace", namespace);
     env.add_function("__cj_call", calls::call);
@@ -691,11 +785,9 @@ mod tests {
         ));
     }
 
-    /// Every template of the repository's corpus (and the shared checkpoints' when
-    /// `CHATIDS_MODELS_DIR` is set) that splits renders, cut at the mark, exactly what it
-    /// renders without the generation prompt, and, mark removed, what it renders with it.
-    #[test]
-    fn split_renders_are_the_two_renders() {
+    /// The templates of the repository's corpus, and the shared checkpoints' when
+    /// `CHATIDS_MODELS_DIR` is set: `(name, source)`.
+    fn template_sources() -> Vec<(String, String)> {
         let mut sources: Vec<(String, String)> = Vec::new();
         let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/template_corpus/templates");
@@ -731,6 +823,15 @@ mod tests {
                 }
             }
         }
+        sources
+    }
+
+    /// Every template of the repository's corpus (and the shared checkpoints' when
+    /// `CHATIDS_MODELS_DIR` is set) that splits renders, cut at the mark, exactly what it
+    /// renders without the generation prompt, and, mark removed, what it renders with it.
+    #[test]
+    fn split_renders_are_the_two_renders() {
+        let sources = template_sources();
         let conversations = [
             serde_json::json!([{"role": "user", "content": "Hi"}]),
             serde_json::json!([
@@ -813,5 +914,130 @@ mod tests {
             ("add_generation_prompt", Data::bool(true)),
         ];
         assert!(matches!(t.render_data_split(context, None, None), Ok(None)));
+    }
+
+    /// Every template that resumes renders, message by message with the state of the last
+    /// render kept, exactly its split renders of the same messages (corpus and checkpoints).
+    #[test]
+    fn resumed_renders_are_full_renders() {
+        let call = |id: &str| {
+            serde_json::json!({"id": id, "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}})
+        };
+        let conversations = [
+            serde_json::json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": "Hi there"},
+                {"role": "user", "content": "Why?"},
+                {"role": "assistant", "content": " Because. "},
+                {"role": "user", "content": "Ok\n"}
+            ]),
+            serde_json::json!([
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": "Hi there"},
+                {"role": "user", "content": "Why?"},
+                {"role": "assistant", "content": "Because."}
+            ]),
+            serde_json::json!([
+                {"role": "system", "content": "Use tools."},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "", "tool_calls": [call("a1")]},
+                {"role": "tool", "tool_call_id": "a1", "name": "get_weather", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "a1", "name": "get_weather", "content": "warm"},
+                {"role": "assistant", "content": "Sunny and warm."},
+                {"role": "user", "content": "Thanks"},
+                {"role": "assistant", "content": "", "tool_calls": [call("b2")]},
+                {"role": "tool", "tool_call_id": "b2", "name": "get_weather", "content": "rain"},
+                {"role": "user", "content": "And?"}
+            ]),
+        ];
+        let (mut resumable, mut compared, mut resumed) = (0, 0, 0);
+        for (name, source) in template_sources() {
+            let Ok(template) = ChatTemplate::compile(&source) else {
+                continue;
+            };
+            if !template.resumes() {
+                if std::env::var("CHATIDS_SHOW_SPLITS").is_ok() && template.splits() {
+                    eprintln!("not resumable: {name}");
+                }
+                continue;
+            }
+            resumable += 1;
+            for conversation in &conversations {
+                let all = conversation.as_array().unwrap();
+                for step in [1, 2] {
+                    let mut kept: Option<LoopState> = None;
+                    let mut n = 1;
+                    while n <= all.len() {
+                        let messages = serde_json::Value::Array(all[..n].to_vec());
+                        let context = || -> Vec<(&str, Data)> {
+                            let mut none = |_: &str| None;
+                            vec![
+                                ("bos_token", Data::string("<s>", &mut none)),
+                                ("eos_token", Data::string("</s>", &mut none)),
+                                (
+                                    "tools",
+                                    Data::from_json(
+                                        &serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]),
+                                        &mut none,
+                                    ),
+                                ),
+                                ("messages", Data::from_json(&messages, &mut none)),
+                                ("add_generation_prompt", Data::bool(true)),
+                            ]
+                        };
+                        let full = template.render_data_split(context(), Some(PROBE_NOW), None);
+                        let got = template.render_data_resume(
+                            context(),
+                            Some(PROBE_NOW),
+                            None,
+                            kept.as_ref(),
+                        );
+                        match (full, got) {
+                            (Ok(Some((text, at))), Ok(Some((rtext, rat, state)))) => {
+                                assert_eq!(text, rtext, "{name}: {n} messages (step {step})");
+                                assert_eq!(at, rat, "{name}: {n} messages (step {step})");
+                                compared += 1;
+                                resumed +=
+                                    usize::from(kept.as_ref().is_some_and(|k| k.reusable > 0));
+                                kept = Some(state);
+                            }
+                            (Err(_), Err(_)) => break,
+                            (full, got) => panic!(
+                                "{name}: {n} messages (step {step}): full {:?}, resumed {:?}",
+                                full.map(|f| f.is_some()),
+                                got.map(|g| g.is_some())
+                            ),
+                        }
+                        n += step;
+                    }
+                }
+            }
+        }
+        eprintln!("{resumable} templates resume ({compared} renders compared, {resumed} resumed)");
+        assert!(
+            resumable > 100 && resumed > 1000,
+            "{resumable} resume, {resumed} renders resumed"
+        );
+        // Caller text holding a mark: not resumed (the marks are not the template's own).
+        let t = ChatTemplate::compile(
+            "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}A{% endif %}",
+        )
+        .unwrap();
+        assert!(t.resumes());
+        let mut none = |_: &str| None;
+        for mark in ['\u{F0003}', '\u{F0004}', '\u{F0005}'] {
+            let messages =
+                serde_json::json!([{"role": "user", "content": format!("x{mark}1{mark}y")}]);
+            let context = vec![
+                ("messages", Data::from_json(&messages, &mut none)),
+                ("add_generation_prompt", Data::bool(true)),
+            ];
+            assert!(
+                matches!(t.render_data_resume(context, None, None, None), Ok(None)),
+                "{mark:?}"
+            );
+        }
     }
 }

@@ -157,7 +157,7 @@ const MAX_NESTING: usize = 48;
 const MAX_TREE_DEPTH: usize = 250;
 
 impl Expr {
-    fn children(&self) -> Vec<&Expr> {
+    pub(super) fn children(&self) -> Vec<&Expr> {
         match self {
             Expr::Name(_) | Expr::Const(_) => Vec::new(),
             Expr::Tuple(v) | Expr::List(v) | Expr::Concat(v) => v.iter().collect(),
