@@ -191,16 +191,10 @@ impl TokenSplitter {
     }
 
     /// `pieces` with each boundary token inside template text made a token piece of its own.
-    /// The pieces borrow their texts from `pieces`, and a short template text that comes
-    /// back (a rendered conversation repeats its role headers and turn ends) is searched once
-    /// per call: a session splits its whole conversation at every step.
+    /// The pieces borrow their texts from `pieces` (a session splits its whole conversation at
+    /// every step: nothing is copied).
     pub fn split<'p>(&self, pieces: &'p [Piece<'_>]) -> Vec<Piece<'p>> {
-        /// Longer texts are searched each time (hashing them costs about as much).
-        const MEMO_BYTES: usize = 256;
         let mut out = Vec::with_capacity(pieces.len());
-        // Text -> its boundary hits, `(start, end, id)`, in `hits[from..to]`.
-        let mut memo: rustc_hash::FxHashMap<&'p str, (usize, usize)> = Default::default();
-        let mut hits: Vec<(usize, usize, u32)> = Vec::new();
         for piece in pieces {
             let text: &'p str = &piece.text;
             let part = |range: std::ops::Range<usize>, kind: PieceKind| Piece {
@@ -213,30 +207,16 @@ impl TokenSplitter {
                 out.push(part(0..text.len(), piece.kind));
                 continue;
             }
-            let found = match memo.get(text) {
-                Some(&range) => range,
-                None => {
-                    let from = hits.len();
-                    hits.extend(
-                        self.matcher
-                            .find_iter(text)
-                            .filter(|hit| self.boundaries.binary_search(&hit.id).is_ok())
-                            .map(|hit| (hit.start, hit.end, hit.id)),
-                    );
-                    let range = (from, hits.len());
-                    if text.len() <= MEMO_BYTES {
-                        memo.insert(text, range);
-                    }
-                    range
-                }
-            };
             let mut cursor = 0;
-            for &(start, end, id) in &hits[found.0..found.1] {
-                if cursor < start {
-                    out.push(part(cursor..start, piece.kind));
+            for hit in self.matcher.find_iter(text) {
+                if self.boundaries.binary_search(&hit.id).is_err() {
+                    continue;
                 }
-                out.push(part(start..end, PieceKind::Token(id)));
-                cursor = end;
+                if cursor < hit.start {
+                    out.push(part(cursor..hit.start, piece.kind));
+                }
+                out.push(part(hit.start..hit.end, PieceKind::Token(hit.id)));
+                cursor = hit.end;
             }
             if cursor == 0 || cursor < text.len() {
                 out.push(part(cursor..text.len(), piece.kind));
