@@ -308,7 +308,7 @@ impl ChatTemplate {
             .unwrap_or(0);
         let root = root_of(context)?;
         data::with_memo(memo, || {
-            let mut skip = resume::skip_of(kept, proof.lookahead);
+            let mut skip = resume::skip_of(kept);
             loop {
                 let mut root = root.clone();
                 root.insert(Value::from(resume::SKIP_NAME), Value::from(skip));

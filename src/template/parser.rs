@@ -63,6 +63,15 @@ impl Args {
             .chain(self.dyn_args.as_deref())
             .chain(self.dyn_kwargs.as_deref())
     }
+
+    /// [`Args::exprs`], mutable.
+    pub fn exprs_mut(&mut self) -> impl Iterator<Item = &mut Expr> {
+        self.args
+            .iter_mut()
+            .chain(self.kwargs.iter_mut().map(|(_, x)| x))
+            .chain(self.dyn_args.as_deref_mut())
+            .chain(self.dyn_kwargs.as_deref_mut())
+    }
 }
 
 /// An expression node.
@@ -179,6 +188,38 @@ impl Expr {
                 std::iter::once(&**f).chain(args.exprs()).collect()
             }
             Expr::Filter(f, _, args) => f.iter().map(|x| &**x).chain(args.exprs()).collect(),
+        }
+    }
+
+    /// [`Expr::children`], mutable (the resumable variant rewrites reads in place).
+    pub(super) fn children_mut(&mut self) -> Vec<&mut Expr> {
+        match self {
+            Expr::Name(_) | Expr::Const(_) => Vec::new(),
+            Expr::Tuple(v) | Expr::List(v) | Expr::Concat(v) => v.iter_mut().collect(),
+            Expr::Dict(v) => v.iter_mut().flat_map(|(k, x)| [k, x]).collect(),
+            Expr::CondExpr(a, b, c) => {
+                let mut out: Vec<&mut Expr> = vec![&mut **a, &mut **b];
+                if let Some(c) = c {
+                    out.push(&mut **c);
+                }
+                out
+            }
+            Expr::Or(a, b) | Expr::And(a, b) | Expr::BinOp(_, a, b) | Expr::Getitem(a, b) => {
+                vec![&mut **a, &mut **b]
+            }
+            Expr::Not(a) | Expr::Neg(a) | Expr::Pos(a) | Expr::Getattr(a, _) => vec![&mut **a],
+            Expr::Compare(a, ops) => std::iter::once(&mut **a)
+                .chain(ops.iter_mut().map(|(_, x)| x))
+                .collect(),
+            Expr::Slice(a, b, c) => [a, b, c].into_iter().flatten().map(|x| &mut **x).collect(),
+            Expr::Call(f, args) | Expr::Test(f, _, args) => {
+                std::iter::once(&mut **f).chain(args.exprs_mut()).collect()
+            }
+            Expr::Filter(f, _, args) => f
+                .iter_mut()
+                .map(|x| &mut **x)
+                .chain(args.exprs_mut())
+                .collect(),
         }
     }
 

@@ -32,6 +32,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::parser::{Args, BinOp, CmpOp, Const, Expr, Stmt, Target};
+use super::scope::target_names;
 
 /// Written before the message loop.
 pub(super) const LOOP_MARK: char = '\u{F0003}';
@@ -191,8 +192,8 @@ fn preamble(stmts: &[Stmt], control: bool, names: &mut Names) -> Option<()> {
                     if n == "messages" {
                         return None;
                     }
-                    names.chain.remove(&n);
-                    names.assigned.insert(n, false);
+                    names.chain.remove(n);
+                    names.assigned.insert(n.to_string(), false);
                 }
             }
             Stmt::SetBlock(Target::Name(n), ..) => {
@@ -230,14 +231,6 @@ fn preamble(stmts: &[Stmt], control: bool, names: &mut Names) -> Option<()> {
         }
     }
     Some(())
-}
-
-fn target_names(t: &Target, out: &mut Vec<String>) {
-    match t {
-        Target::Name(n) => out.push(n.clone()),
-        Target::Tuple(ts) => ts.iter().for_each(|t| target_names(t, out)),
-        Target::NsRef(..) => {}
-    }
 }
 
 /// Every name given an attribute (`{% set ns.x = ... %}`) anywhere.
@@ -278,10 +271,7 @@ fn bodies(s: &Stmt) -> Vec<&[Stmt]> {
 /// Whether the template names one of chatids' own helpers (`__cj_...`).
 fn mentions_reserved(stmts: &[Stmt]) -> bool {
     fn expr(e: &Expr) -> bool {
-        let mut names = Vec::new();
-        e.names(&mut names);
-        names.iter().any(|n| n.starts_with("__cj_"))
-            || matches!(e, Expr::Getattr(_, a) if a.starts_with("__cj_"))
+        matches!(e, Expr::Name(n) | Expr::Getattr(_, n) if n.starts_with("__cj_"))
             || e.children().into_iter().any(expr)
     }
     stmts.iter().any(|s| {
@@ -332,7 +322,7 @@ fn body_ok(stmts: &[Stmt], names: &Names, scope: &Scope<'_>, lookahead: &mut boo
                 expr_ok(iter, names, scope, lookahead)?;
                 let mut bound = Vec::new();
                 target_names(target, &mut bound);
-                if bound.iter().any(|n| n == scope.list || n == scope.target) {
+                if bound.iter().any(|&n| n == scope.list || n == scope.target) {
                     return None;
                 }
                 let inner = Scope {
@@ -356,7 +346,7 @@ fn body_ok(stmts: &[Stmt], names: &Names, scope: &Scope<'_>, lookahead: &mut boo
                 let mut bound = Vec::new();
                 target_names(target, &mut bound);
                 if matches!(target, Target::NsRef(..))
-                    || bound.iter().any(|n| n == scope.list || n == "loop")
+                    || bound.iter().any(|&n| n == scope.list || n == "loop")
                 {
                     return None;
                 }
@@ -366,7 +356,7 @@ fn body_ok(stmts: &[Stmt], names: &Names, scope: &Scope<'_>, lookahead: &mut boo
                 let mut bound = Vec::new();
                 target_names(target, &mut bound);
                 if matches!(target, Target::NsRef(..))
-                    || bound.iter().any(|n| n == scope.list || n == "loop")
+                    || bound.iter().any(|&n| n == scope.list || n == "loop")
                 {
                     return None;
                 }
@@ -383,7 +373,7 @@ fn body_ok(stmts: &[Stmt], names: &Names, scope: &Scope<'_>, lookahead: &mut boo
                 for (t, e) in assignments {
                     let mut bound = Vec::new();
                     target_names(t, &mut bound);
-                    if bound.iter().any(|n| n == scope.list || n == "loop") {
+                    if bound.iter().any(|&n| n == scope.list || n == "loop") {
                         return None;
                     }
                     expr_ok(e, names, scope, lookahead)?;
@@ -547,48 +537,9 @@ fn rewrite_expr(e: &mut Expr, list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
             return;
         }
     }
-    children_mut(e)
+    e.children_mut()
         .into_iter()
         .for_each(|c| rewrite_expr(c, list, loop_attr));
-}
-
-fn children_mut(e: &mut Expr) -> Vec<&mut Expr> {
-    match e {
-        Expr::Name(_) | Expr::Const(_) => Vec::new(),
-        Expr::Tuple(v) | Expr::List(v) | Expr::Concat(v) => v.iter_mut().collect(),
-        Expr::Dict(v) => v.iter_mut().flat_map(|(k, x)| [k, x]).collect(),
-        Expr::CondExpr(a, b, c) => {
-            let mut out: Vec<&mut Expr> = vec![&mut **a, &mut **b];
-            if let Some(c) = c {
-                out.push(&mut **c);
-            }
-            out
-        }
-        Expr::Or(a, b) | Expr::And(a, b) | Expr::BinOp(_, a, b) | Expr::Getitem(a, b) => {
-            vec![&mut **a, &mut **b]
-        }
-        Expr::Not(a) | Expr::Neg(a) | Expr::Pos(a) | Expr::Getattr(a, _) => vec![&mut **a],
-        Expr::Compare(a, ops) => std::iter::once(&mut **a)
-            .chain(ops.iter_mut().map(|(_, x)| x))
-            .collect(),
-        Expr::Slice(a, b, c) => [a, b, c].into_iter().flatten().map(|x| &mut **x).collect(),
-        Expr::Call(f, args) | Expr::Test(f, _, args) => {
-            std::iter::once(&mut **f).chain(args_mut(args)).collect()
-        }
-        Expr::Filter(f, _, args) => f
-            .iter_mut()
-            .map(|x| &mut **x)
-            .chain(args_mut(args))
-            .collect(),
-    }
-}
-
-fn args_mut(args: &mut Args) -> impl Iterator<Item = &mut Expr> {
-    args.args
-        .iter_mut()
-        .chain(args.kwargs.iter_mut().map(|(_, x)| x))
-        .chain(args.dyn_args.as_deref_mut())
-        .chain(args.dyn_kwargs.as_deref_mut())
 }
 
 /// What a session keeps of a render to resume the next one: the text without the generation
@@ -683,11 +634,9 @@ fn unmark(raw: &str, generation_mark: char, skip: usize) -> Option<Marked> {
 }
 
 /// How many iterations a render may skip against `kept` (0: render all).
-pub(super) fn skip_of(kept: Option<&LoopState>, lookahead: bool) -> usize {
-    kept.map_or(0, |k| {
-        k.reusable
-            .min(k.starts.len().saturating_sub(usize::from(lookahead)))
-    })
+/// (`reusable` already leaves out the last iteration when the body reads ahead.)
+pub(super) fn skip_of(kept: Option<&LoopState>) -> usize {
+    kept.map_or(0, |k| k.reusable)
 }
 
 /// Assemble the resumed render: `raw` rendered with `skip` iterations skipped, spliced with

@@ -168,7 +168,8 @@ fn frame_refs<'a>(s: &'a Stmt, out: &mut Vec<&'a str>) {
     }
 }
 
-fn target_names<'a>(t: &'a Target, out: &mut Vec<&'a str>) {
+/// The names a target binds (a namespace's own name for `ns.attr`).
+pub(super) fn target_names<'a>(t: &'a Target, out: &mut Vec<&'a str>) {
     match t {
         Target::Name(n) => out.push(n),
         Target::NsRef(n, _) => out.push(n),
