@@ -196,33 +196,47 @@ impl TokenSplitter {
     pub fn split<'p>(&self, pieces: &'p [Piece<'_>]) -> Vec<Piece<'p>> {
         let mut out = Vec::with_capacity(pieces.len());
         for piece in pieces {
-            let text: &'p str = &piece.text;
-            let part = |range: std::ops::Range<usize>, kind: PieceKind| Piece {
-                kind,
-                text: Cow::Borrowed(&text[range]),
-                message: piece.message,
-                body: piece.body,
-            };
-            if piece.kind != PieceKind::TemplateText {
-                out.push(part(0..text.len(), piece.kind));
-                continue;
-            }
-            let mut cursor = 0;
-            for hit in self.matcher.find_iter(text) {
-                if self.boundaries.binary_search(&hit.id).is_err() {
-                    continue;
-                }
-                if cursor < hit.start {
-                    out.push(part(cursor..hit.start, piece.kind));
-                }
-                out.push(part(hit.start..hit.end, PieceKind::Token(hit.id)));
-                cursor = hit.end;
-            }
-            if cursor == 0 || cursor < text.len() {
-                out.push(part(cursor..text.len(), piece.kind));
-            }
+            self.split_piece(piece, 0, &mut out);
         }
         out
+    }
+
+    /// Append the split of `piece` from byte `from` of its text to `out`. `from` is 0 or the
+    /// end of a boundary token this splitter found in the same text (the matcher starts
+    /// afresh after each match, so the split from there is the rest of the whole split).
+    pub fn split_piece<'p>(&self, piece: &'p Piece<'_>, from: usize, out: &mut Vec<Piece<'p>>) {
+        let text: &'p str = &piece.text;
+        let part = |range: std::ops::Range<usize>, kind: PieceKind| Piece {
+            kind,
+            text: Cow::Borrowed(&text[range]),
+            message: piece.message,
+            body: piece.body,
+        };
+        if piece.kind != PieceKind::TemplateText {
+            out.push(part(0..text.len(), piece.kind));
+            return;
+        }
+        let mut cursor = from;
+        for hit in self.matcher.find_iter(&text[from..]) {
+            if self.boundaries.binary_search(&hit.id).is_err() {
+                continue;
+            }
+            let (start, end) = (from + hit.start, from + hit.end);
+            if cursor < start {
+                out.push(part(cursor..start, piece.kind));
+            }
+            out.push(part(start..end, PieceKind::Token(hit.id)));
+            cursor = end;
+        }
+        if cursor == 0 || cursor < text.len() {
+            out.push(part(cursor..text.len(), piece.kind));
+        }
+    }
+
+    /// The longest added token's length in bytes: whether one matches at a position of a
+    /// text depends on at most this many bytes from there.
+    pub fn longest(&self) -> usize {
+        self.matcher.longest
     }
 }
 

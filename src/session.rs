@@ -71,16 +71,21 @@ struct Layout {
     text: String,
     /// Per piece: its kind and the end of its text in `text`.
     pieces: Vec<(PieceKind, usize)>,
+    /// Per rendered piece before the split at boundary tokens: its kind, the end of its text
+    /// in `text`, and the end of its split pieces in `pieces` (the next render splits only
+    /// what changed, see [`split_against`]).
+    sources: Vec<(PieceKind, usize, usize)>,
     /// `(piece count, ids)`: after the first `piece count` pieces (ending with a template token,
     /// or none), the ids hold exactly `ids` tokens. Increasing; starts with `(0, 0)`.
     boundaries: Vec<(usize, usize)>,
 }
 
 impl Layout {
-    /// How many leading pieces of `pieces` equal this layout's (kind and text).
-    fn shared_pieces(&self, pieces: &[Piece<'_>]) -> usize {
-        let mut start = 0;
-        for (i, (piece, &(kind, end))) in pieces.iter().zip(&self.pieces).enumerate() {
+    /// How many leading pieces of `pieces` equal this layout's (kind and text), given that the
+    /// first `known` do.
+    fn shared_pieces(&self, pieces: &[Piece<'_>], known: usize) -> usize {
+        let mut start = known.checked_sub(1).map_or(0, |i| self.pieces[i].1);
+        for (i, (piece, &(kind, end))) in pieces.iter().zip(&self.pieces).enumerate().skip(known) {
             if piece.kind != kind || self.text.get(start..end) != Some(&*piece.text) {
                 return i;
             }
@@ -138,6 +143,94 @@ fn encode_tail(
     Ok(out.ids)
 }
 
+/// Split rendered `pieces` at boundary tokens ([`TokenSplitter::split`]), taking the split of
+/// each piece that equals the `previous` render's from its layout instead of searching the
+/// text again: a session renders its whole conversation at every step, and only its end
+/// changes. The first piece that differs and is template text (the Jinja path renders a long
+/// run of it, which the new turn extends) reuses its old split up to a boundary token that
+/// lies early enough in the shared text: whether a token matches at a position depends on at
+/// most [`TokenSplitter::longest`] bytes from there, and the matcher starts afresh after a
+/// match. Returns the pieces, their sources for the next layout, and how many leading pieces
+/// are the previous layout's.
+#[allow(clippy::type_complexity)]
+fn split_against<'p>(
+    previous: &Layout,
+    pieces: &'p [Piece<'_>],
+    splitter: &TokenSplitter,
+) -> (Vec<Piece<'p>>, Vec<(PieceKind, usize, usize)>, usize) {
+    let mut out: Vec<Piece<'p>> = Vec::with_capacity(previous.pieces.len() + 8);
+    let mut sources = Vec::with_capacity(pieces.len());
+    let (mut at, mut text_end) = (0usize, 0usize);
+    let mut reused = 0;
+    let mut reusing = true;
+    for (u, piece) in pieces.iter().enumerate() {
+        let old = if reusing {
+            previous.sources.get(u).copied()
+        } else {
+            None
+        };
+        // The old piece's text and its split pieces `out.len()..split_end`.
+        let old = old
+            .filter(|&(kind, _, _)| kind == piece.kind)
+            .and_then(|(_, end, split_end)| {
+                previous.text.get(at..end).map(|t| (t, end, split_end))
+            });
+        let reuse = |upto: usize, out: &mut Vec<Piece<'p>>| {
+            let text: &'p str = &piece.text;
+            let mut start = at;
+            for &(kind, end) in &previous.pieces[out.len()..upto] {
+                out.push(Piece {
+                    kind,
+                    text: std::borrow::Cow::Borrowed(&text[start - at..end - at]),
+                    message: piece.message,
+                    body: piece.body,
+                });
+                start = end;
+            }
+        };
+        match old {
+            Some((old_text, end, split_end)) if old_text == &*piece.text => {
+                reuse(split_end, &mut out);
+                reused = out.len();
+                at = end;
+            }
+            Some((old_text, _, split_end)) if piece.kind == PieceKind::TemplateText => {
+                reusing = false;
+                let common = old_text
+                    .bytes()
+                    .zip(piece.text.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                // The last old boundary token ending at most `common + 1 - longest` in.
+                let limit = (common + 1).saturating_sub(splitter.longest());
+                let last =
+                    previous.pieces[out.len()..split_end]
+                        .iter()
+                        .rposition(|&(kind, end)| {
+                            matches!(kind, PieceKind::Token(_)) && end - at <= limit
+                        });
+                match last {
+                    Some(k) => {
+                        let upto = out.len() + k + 1;
+                        let from = previous.pieces[upto - 1].1 - at;
+                        reuse(upto, &mut out);
+                        reused = out.len();
+                        splitter.split_piece(piece, from, &mut out);
+                    }
+                    None => splitter.split_piece(piece, 0, &mut out),
+                }
+            }
+            _ => {
+                reusing = false;
+                splitter.split_piece(piece, 0, &mut out);
+            }
+        }
+        text_end += piece.text.len();
+        sources.push((piece.kind, text_end, out.len()));
+    }
+    (out, sources, reused)
+}
+
 /// Plan the encoding of rendered `pieces` against the state whose layout is `previous`:
 /// keep its ids up to the last token both share, encode the rest.
 fn plan_pieces(
@@ -146,16 +239,22 @@ fn plan_pieces(
     pe: &PieceEncoder<'_>,
     splitter: &TokenSplitter,
 ) -> Result<Plan> {
-    let pieces = splitter.split(pieces.as_slice());
-    let shared = previous.shared_pieces(&pieces);
+    let (pieces, sources, reused) = split_against(previous, pieces.as_slice(), splitter);
+    let shared = previous.shared_pieces(&pieces, reused);
     let (from, keep) = previous.boundary_within(shared);
-    let mut layout = layout_of(&pieces, previous, from);
+    let mut layout = layout_of(&pieces, sources, previous, from);
     let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
     Ok(Plan { keep, tail, layout })
 }
 
-/// The layout of `pieces` with the boundaries of `previous` up to piece `shared`.
-fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
+/// The layout of `pieces` (split from `sources`) with the boundaries of `previous` up to
+/// piece `shared`.
+fn layout_of(
+    slice: &[Piece<'_>],
+    sources: Vec<(PieceKind, usize, usize)>,
+    previous: &Layout,
+    shared: usize,
+) -> Layout {
     let mut text = String::with_capacity(slice.iter().map(|p| p.text.len()).sum());
     let mut kinds = Vec::with_capacity(slice.len());
     for p in slice {
@@ -166,6 +265,7 @@ fn layout_of(slice: &[Piece<'_>], previous: &Layout, shared: usize) -> Layout {
     Layout {
         text,
         pieces: kinds,
+        sources,
         boundaries: previous.boundaries[..kept.max(1)].to_vec(),
     }
 }
@@ -454,11 +554,11 @@ impl Session {
         let ends_with_stop = last.is_some_and(|id| stops.contains(&id));
         let prompt_layout = &prompt.layout;
         let planned = encoder.with_rendered_pieces(&messages, &self.options, Some(&self.memo), |pieces, pe, splitter| {
-            let split = splitter.split(pieces.as_slice());
+            let (split, sources, reused) = split_against(prompt_layout, pieces.as_slice(), splitter);
             let slice = split.as_slice();
             // The render with the turn shares the prompt's pieces up to the turn's text at
             // least; the turn ends at its first end-of-turn token after that.
-            let shared = prompt_layout.shared_pieces(slice).min(prompt_pieces);
+            let shared = prompt_layout.shared_pieces(slice, reused).min(prompt_pieces);
             let (from, _) = prompt_layout.boundary_within(shared);
             let find = |wanted: &dyn Fn(u32) -> bool| {
                 slice[from..].iter().position(|p| matches!(p.kind, PieceKind::Token(id) if wanted(id)))
@@ -484,7 +584,7 @@ impl Session {
                 };
                 ids.push(id);
             }
-            let mut layout = layout_of(slice, prompt_layout, from);
+            let mut layout = layout_of(slice, sources, prompt_layout, from);
             layout.boundaries.push((end + 1, ids.len()));
             let after = encode_tail(pe, slice, end + 1, ids.len(), &mut layout)?;
             ids.extend(after);
@@ -604,7 +704,7 @@ mod tests {
             boundaries: vec![(0, 0)],
             ..Layout::default()
         };
-        let layout = layout_of(a.as_slice(), &base, 0);
+        let layout = layout_of(a.as_slice(), Vec::new(), &base, 0);
         assert_eq!(layout.text, "user: hi<eot>\n");
         let mut b = Pieces::new();
         b.text("user: ");
@@ -612,17 +712,125 @@ mod tests {
         b.token(&eot);
         b.text("\n");
         b.text("bot: ");
-        assert_eq!(layout.shared_pieces(b.as_slice()), 4);
+        assert_eq!(layout.shared_pieces(b.as_slice(), 0), 4);
+        assert_eq!(layout.shared_pieces(b.as_slice(), 2), 4);
         let mut c = Pieces::new();
         c.text("user: ");
         c.text("hi"); // same text, template text instead of content
-        assert_eq!(layout.shared_pieces(c.as_slice()), 1);
+        assert_eq!(layout.shared_pieces(c.as_slice(), 0), 1);
         let with_boundary = Layout {
             boundaries: vec![(0, 0), (3, 4)],
             ..layout
         };
         assert_eq!(with_boundary.boundary_within(4), (3, 4));
         assert_eq!(with_boundary.boundary_within(2), (0, 0));
+    }
+
+    /// Splitting against the previous render's layout gives exactly the split of the whole
+    /// render, whatever changed: renders extended at the end (a session's step), pieces
+    /// changed or cut anywhere, tokens cut in half at the edge of what is shared, a matched
+    /// token that is not a boundary (it takes whitespace) beside boundary ones.
+    #[test]
+    fn splitting_against_a_layout_equals_splitting_afresh() {
+        use crate::control_tokens::AddedTokenInfo;
+        let added = |id: u32, content: &str, lstrip: bool| AddedTokenInfo {
+            id,
+            content: content.into(),
+            special: true,
+            lstrip,
+            rstrip: false,
+            single_word: false,
+            normalized: false,
+        };
+        let splitter = TokenSplitter::new(&[
+            added(1, "<|im_start|>", false),
+            added(2, "<|im_end|>", false),
+            added(3, "<s>", false),
+            added(4, "<|im_end|>x", true),
+            added(5, "<|im", false),
+        ]);
+        let fragments = [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|im",
+            "_end|>",
+            "user\n",
+            "<s>",
+            "<",
+            "|",
+            "hi ",
+            "x",
+            "<|im_end|>x",
+            "é",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let eot = crate::pieces::TemplateToken {
+            id: 2,
+            text: "<|im_end|>".into(),
+        };
+        let base = Layout {
+            boundaries: vec![(0, 0)],
+            ..Layout::default()
+        };
+        let mut compared = 0;
+        for _ in 0..3000 {
+            let mut texts: Vec<(u8, String)> = (0..1 + next(5))
+                .map(|_| {
+                    let text: String = (0..next(12))
+                        .map(|_| fragments[next(fragments.len())])
+                        .collect();
+                    (next(4) as u8, text)
+                })
+                .collect();
+            let build = |texts: &[(u8, String)]| {
+                let mut p = Pieces::new();
+                for (kind, t) in texts {
+                    match kind {
+                        0 => p.content(t.clone()),
+                        1 => p.token(&eot),
+                        _ => p.text(t.clone()),
+                    }
+                }
+                p
+            };
+            let old = build(&texts);
+            let (old_split, sources, reused) = split_against(&base, old.as_slice(), &splitter);
+            assert_eq!(reused, 0);
+            assert_eq!(old_split, splitter.split(old.as_slice()));
+            let layout = layout_of(&old_split, sources, &base, 0);
+            // Change it: extend the last text, append pieces, change or cut one anywhere.
+            let i = next(texts.len());
+            match next(4) {
+                0 => {
+                    let last = texts.len() - 1;
+                    texts[last].1.push_str(fragments[next(fragments.len())]);
+                }
+                1 => texts.push((2, fragments[next(fragments.len())].repeat(1 + next(3)))),
+                2 => {
+                    let t = &mut texts[i].1;
+                    let mut cut = next(t.len() + 1);
+                    while !t.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    t.truncate(cut);
+                    texts.truncate(i + 1);
+                }
+                _ => texts[i].1.insert_str(0, fragments[next(fragments.len())]),
+            }
+            let new = build(&texts);
+            let (split, _, reused) = split_against(&layout, new.as_slice(), &splitter);
+            let afresh = splitter.split(new.as_slice());
+            assert_eq!(split, afresh, "{texts:?}");
+            assert!(reused <= layout.shared_pieces(&afresh, 0));
+            compared += 1;
+        }
+        assert_eq!(compared, 3000);
     }
 
     /// With the shared checkpoints (`CHATIDS_MODELS_DIR`), appending equals a full encode, on
