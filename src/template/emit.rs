@@ -729,10 +729,6 @@ impl Emitter {
             let literal = matches!(first, Expr::Const(_)) || matches!(ops[0].1, Expr::Const(_));
             match op {
                 CmpOp::Eq if literal => return Ok(format!("({a} == {b})")),
-                // The resumable template's guard compares two ints (`super::resume`).
-                CmpOp::GtEq if matches!(&ops[0].1, Expr::Name(n) if n == super::resume::SKIP_NAME) => {
-                    return Ok(format!("({a} >= {b})"))
-                }
                 CmpOp::Ne if literal => return Ok(format!("({a} != {b})")),
                 CmpOp::Eq => return Ok(format!("({a}|__cj_eq({b}))")),
                 CmpOp::Ne => return Ok(format!("({a}|__cj_ne({b}))")),

@@ -952,11 +952,33 @@ mod tests {
                 {"role": "user", "content": "And?"}
             ]),
         ];
+        // Written: every counter the proof allows, in the loop's scope and beside a nested
+        // loop's (whose `else` is the outer loop's scope), over `messages` and a slice of it.
+        let written = [
+            "{% for m in messages %}{{ loop.index0 }}/{{ loop.index }}{% if loop.first %}F{% endif %}{{ loop.first }}\
+             {% if loop.previtem is defined %}<{{ loop.previtem.role }}>{% endif %}{{ loop.previtem }}\
+             {{ loop.previtem.content if loop.previtem }}{% if loop.last %}L{% endif %}{{ loop.nextitem.role if loop.nextitem }}\
+             {% for c in range(loop.index0 % 3) %}{{ loop.index0 }}{{ loop.first }}{% else %}E{{ loop.index }}{% endfor %}\
+             {% set i = loop.index0 * 2 %}{{ i }}[{{ m.content }}]{% endfor %}{% if add_generation_prompt %}G{% endif %}",
+            "{% if messages[0].role == 'system' %}{% set sys = messages[0].content %}{% set loop_messages = messages[1:] %}\
+             {% else %}{% set sys = '' %}{% set loop_messages = messages %}{% endif %}{% for m in loop_messages %}\
+             {% if loop.first %}{{ sys }}{% endif %}{% if loop.index0 > 0 and loop_messages[loop.index0 - 1].role == m.role %}DUP{% endif %}\
+             {{ loop_messages[loop.index0 + 1].role if not loop.last }}{{ loop_messages[0].role }}{{ m.role }}:{{ m.content }}\
+             {{ loop.previtem.role if loop.previtem is defined }}{% endfor %}{% if add_generation_prompt %}G{% endif %}",
+        ];
+        let sources = template_sources().into_iter().chain(
+            written
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("written {i}"), t.to_string())),
+        );
         let (mut resumable, mut compared, mut resumed) = (0, 0, 0);
-        for (name, source) in template_sources() {
+        for (name, source) in sources {
             let Ok(template) = ChatTemplate::compile(&source) else {
+                assert!(!name.starts_with("written"), "{name}");
                 continue;
             };
+            assert!(!name.starts_with("written") || template.resumes(), "{name}");
             if !template.resumes() {
                 if std::env::var("CHATIDS_SHOW_SPLITS").is_ok() && template.splits() {
                     eprintln!("not resumable: {name}");

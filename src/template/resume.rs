@@ -13,13 +13,17 @@
 //!   assigned only so before the loop; the render writes how many items it iterated, and a
 //!   resumed render is used only when the number of messages before the loop's first item is
 //!   the one the kept render had (so iteration `j` is the same message in both);
-//! * the body reads the loop variable, `loop.index0`, `index`, `first`, `previtem`, `cycle`,
-//!   `last` and `nextitem` (these two change for the last iteration: it is rendered again), the
+//! * the body reads the loop variable, `loop.index0`, `index`, `first`, `previtem`, `last`
+//!   and `nextitem` (these two change for the last iteration: it is rendered again), the
 //!   iterated list only as `list[loop.index0 ± n]` or `list[n]`, and other names only when
 //!   they are template arguments or are set before the loop from stable values (arguments,
 //!   literals, `messages[0]` before any reassignment) under stable tests;
 //! * the body assigns no namespace attribute, defines no macro, calls none, and has no
 //!   `break` or `continue` of its own (no state crosses iterations).
+//!
+//! The resumable variant ([`instrument`]) loops over `list[skip:]` and reads the whole list's
+//! counters (`loop.index0 + skip`, `loop.first` as `loop.index0 + skip == 0`, `loop.previtem`
+//! from the list), so a render costs the iterations it renders, not the ones it skips.
 //!
 //! A read `list[loop.index0 - 1]` or `list[n]` that falls outside the list (Python's `-1` reads
 //! the last message) is recorded while rendering ([`REL_FLOOR`]): that iteration and all
@@ -330,6 +334,12 @@ fn body_ok(stmts: &[Stmt], names: &Names, scope: &Scope<'_>, lookahead: &mut boo
                     ..*scope
                 };
                 if let Some(f) = filter {
+                    // Which loop's `loop` a filter reads is left unproven.
+                    let mut read = Vec::new();
+                    f.names(&mut read);
+                    if read.contains(&"loop") {
+                        return None;
+                    }
                     expr_ok(f, names, &inner, lookahead)?;
                 }
                 body_ok(body, names, &inner, lookahead)?;
@@ -414,7 +424,7 @@ fn expr_ok(e: &Expr, names: &Names, scope: &Scope<'_>, lookahead: &mut bool) -> 
         Expr::Name(n) => names.stable_name(n),
         Expr::Getattr(l, attr) if scope.outer && matches!(&**l, Expr::Name(n) if n == "loop") => {
             match attr.as_str() {
-                "index0" | "index" | "first" | "previtem" | "cycle" => true,
+                "index0" | "index" | "first" | "previtem" => true,
                 "last" | "nextitem" => {
                     *lookahead = true;
                     true
@@ -439,35 +449,33 @@ fn expr_ok(e: &Expr, names: &Names, scope: &Scope<'_>, lookahead: &mut bool) -> 
 }
 
 /// The statements of the resumable template: `stmts` (the generation mark already in) with
-/// the marks around the loop at `proof.at`, its body rendered only from iteration
-/// [`SKIP_NAME`] on, and its relative reads recorded.
+/// the marks around the loop at `proof.at`, the loop over its list from item [`SKIP_NAME`] on
+/// (its counters shifted to the whole list's), and its relative reads recorded.
 pub(super) fn instrument(stmts: &[Stmt], proof: &Proof) -> Option<Vec<Stmt>> {
     let mut out = stmts.to_vec();
     let Some(Stmt::For {
-        iter: Expr::Name(list),
-        body,
-        line,
-        ..
+        iter, body, line, ..
     }) = out.get_mut(proof.at)
     else {
         return None;
     };
+    let Expr::Name(list) = iter else {
+        return None;
+    };
     let (list, line) = (list.clone(), *line);
     let loop_attr = |a: &str| Expr::Getattr(Box::new(Expr::Name("loop".into())), a.into());
-    let mut kept = std::mem::take(body);
-    rewrite_reads(&mut kept, &list, &loop_attr);
-    kept.insert(0, Stmt::Data(ITER_MARK.to_string()));
-    *body = vec![Stmt::If {
-        branches: vec![(
-            Expr::Compare(
-                Box::new(loop_attr("index0")),
-                vec![(CmpOp::GtEq, Expr::Name(SKIP_NAME.into()))],
-            ),
-            kept,
-            line,
-        )],
-        else_: Vec::new(),
-    }];
+    // The loop iterates `list[__cj_skip:]`; its body sees the whole list's counters.
+    *iter = Expr::Getitem(
+        Box::new(Expr::Name(list.clone())),
+        Box::new(Expr::Slice(
+            Some(Box::new(Expr::Name(SKIP_NAME.into()))),
+            None,
+            None,
+        )),
+    );
+    for_each_outer_expr(body, &mut |e| rewrite_read(e, &list, &loop_attr));
+    for_each_outer_expr(body, &mut |e| shift_counters(e, &list));
+    body.insert(0, Stmt::Data(ITER_MARK.to_string()));
     let after = [
         Stmt::Data(END_MARK.to_string()),
         Stmt::Output(
@@ -485,45 +493,46 @@ pub(super) fn instrument(stmts: &[Stmt], proof: &Proof) -> Option<Vec<Stmt>> {
     Some(out)
 }
 
-/// Route the body's relative reads `list[i]` through [`REL_NAME`] (in the loop's own scope).
-fn rewrite_reads(stmts: &mut [Stmt], list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
+/// Call `f` on every expression of `stmts` evaluated in the message loop's own scope (not
+/// inside a nested loop's body or filter, where `loop` is that loop's).
+fn for_each_outer_expr(stmts: &mut [Stmt], f: &mut dyn FnMut(&mut Expr)) {
     for s in stmts {
         match s {
-            Stmt::Output(es, _) => es.iter_mut().for_each(|e| rewrite_expr(e, list, loop_attr)),
+            Stmt::Output(es, _) => es.iter_mut().for_each(&mut *f),
             Stmt::For { iter, else_, .. } => {
-                rewrite_expr(iter, list, loop_attr);
-                rewrite_reads(else_, list, loop_attr);
+                f(iter);
+                for_each_outer_expr(else_, f);
             }
             Stmt::If { branches, else_ } => {
                 for (t, b, _) in branches {
-                    rewrite_expr(t, list, loop_attr);
-                    rewrite_reads(b, list, loop_attr);
+                    f(t);
+                    for_each_outer_expr(b, f);
                 }
-                rewrite_reads(else_, list, loop_attr);
+                for_each_outer_expr(else_, f);
             }
-            Stmt::Set(_, e, _) => rewrite_expr(e, list, loop_attr),
-            Stmt::SetBlock(_, f, body, _) => {
-                if let Some(f) = f {
-                    rewrite_expr(f, list, loop_attr);
+            Stmt::Set(_, e, _) => f(e),
+            Stmt::SetBlock(_, filter, body, _) => {
+                if let Some(e) = filter {
+                    f(e);
                 }
-                rewrite_reads(body, list, loop_attr);
+                for_each_outer_expr(body, f);
             }
-            Stmt::FilterBlock(f, body, _) => {
-                rewrite_expr(f, list, loop_attr);
-                rewrite_reads(body, list, loop_attr);
+            Stmt::FilterBlock(e, body, _) => {
+                f(e);
+                for_each_outer_expr(body, f);
             }
             Stmt::With(a, body, _) => {
-                a.iter_mut()
-                    .for_each(|(_, e)| rewrite_expr(e, list, loop_attr));
-                rewrite_reads(body, list, loop_attr);
+                a.iter_mut().for_each(|(_, e)| f(e));
+                for_each_outer_expr(body, f);
             }
-            Stmt::Generation(body, _) => rewrite_reads(body, list, loop_attr),
+            Stmt::Generation(body, _) => for_each_outer_expr(body, f),
             _ => {}
         }
     }
 }
 
-fn rewrite_expr(e: &mut Expr, list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
+/// Route a relative read `list[i]` through [`REL_NAME`].
+fn rewrite_read(e: &mut Expr, list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
     if let Expr::Getitem(obj, key) = e {
         if matches!(&**obj, Expr::Name(n) if n == list) {
             let index = std::mem::replace(&mut **key, Expr::Const(Const::None));
@@ -539,7 +548,58 @@ fn rewrite_expr(e: &mut Expr, list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
     }
     e.children_mut()
         .into_iter()
-        .for_each(|c| rewrite_expr(c, list, loop_attr));
+        .for_each(|c| rewrite_read(c, list, loop_attr));
+}
+
+/// The loop's counters over `list[skip:]` made the whole list's: `index0`, `index` and
+/// `length` (read by [`REL_NAME`]) plus `skip`; `first` and `previtem` from the shifted
+/// index. `last` and `nextitem` are the same on the slice.
+fn shift_counters(e: &mut Expr, list: &str) {
+    let counter = |a: &str| Expr::Getattr(Box::new(Expr::Name("loop".into())), a.into());
+    let plus_skip = |a: &str| {
+        Expr::BinOp(
+            BinOp::Add,
+            Box::new(counter(a)),
+            Box::new(Expr::Name(SKIP_NAME.into())),
+        )
+    };
+    let int = |i: i128| Box::new(Expr::Const(Const::Int(i)));
+    if let Expr::Getattr(l, attr) = e {
+        if matches!(&**l, Expr::Name(n) if n == "loop") {
+            match attr.as_str() {
+                "index0" | "index" | "length" => *e = plus_skip(attr),
+                "first" => {
+                    *e = Expr::Compare(
+                        Box::new(plus_skip("index0")),
+                        vec![(CmpOp::Eq, Expr::Const(Const::Int(0)))],
+                    )
+                }
+                // `list[index0 + skip - 1] if index0 + skip > 0` (else undefined, as jinja2's).
+                "previtem" => {
+                    *e = Expr::CondExpr(
+                        Box::new(Expr::Compare(
+                            Box::new(plus_skip("index0")),
+                            vec![(CmpOp::Gt, Expr::Const(Const::Int(0)))],
+                        )),
+                        Box::new(Expr::Getitem(
+                            Box::new(Expr::Name(list.into())),
+                            Box::new(Expr::BinOp(
+                                BinOp::Sub,
+                                Box::new(plus_skip("index0")),
+                                int(1),
+                            )),
+                        )),
+                        None,
+                    )
+                }
+                _ => {}
+            }
+            return;
+        }
+    }
+    e.children_mut()
+        .into_iter()
+        .for_each(|c| shift_counters(c, list));
 }
 
 /// What a session keeps of a render to resume the next one: the text without the generation
@@ -737,6 +797,9 @@ mod tests {
         for refused in [
             // How many messages follow.
             "{% for m in messages %}{{ loop.length }}{% endfor %}",
+            // Counters the resumed variant does not shift, and a nested filter reading `loop`.
+            "{% for m in messages %}{{ loop.cycle('a', 'b') }}{% endfor %}",
+            "{% for m in messages %}{% for c in m.content if loop.index0 %}{{ c }}{% endfor %}{% endfor %}",
             "{% for m in messages %}{{ loop.revindex }}{% endfor %}",
             "{% for m in messages %}{{ messages | length }}{% endfor %}",
             "{% for m in messages %}{{ messages[-1].content }}{% endfor %}",
