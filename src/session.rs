@@ -196,11 +196,7 @@ fn split_against<'p>(
             }
             Some((old_text, _, split_end)) if piece.kind == PieceKind::TemplateText => {
                 reusing = false;
-                let common = old_text
-                    .bytes()
-                    .zip(piece.text.bytes())
-                    .take_while(|(a, b)| a == b)
-                    .count();
+                let common = common_prefix(old_text.as_bytes(), piece.text.as_bytes());
                 // The last old boundary token ending at most `common + 1 - longest` in.
                 let limit = (common + 1).saturating_sub(splitter.longest());
                 let last =
@@ -229,6 +225,22 @@ fn split_against<'p>(
         sources.push((piece.kind, text_end, out.len()));
     }
     (out, sources, reused)
+}
+
+/// The length of the longest common prefix of `a` and `b` (compared a block at a time: on the
+/// Jinja path the two are a whole conversation's text).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 64;
+    let n = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= n && a[at..at + BLOCK] == b[at..at + BLOCK] {
+        at += BLOCK;
+    }
+    at + a[at..n]
+        .iter()
+        .zip(&b[at..n])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Plan the encoding of rendered `pieces` against the state whose layout is `previous`:

@@ -31,6 +31,8 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
     if !needs_check {
         return Ok(());
     }
+    // Each name is searched for once (an agent calls the same few tools again and again).
+    let mut found: Vec<&str> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         if message.role == "system" {
             let text = message.text().map(crate::pystr::strip).unwrap_or_default();
@@ -42,7 +44,17 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
                 .with(Refusal::Dropped));
             }
         }
-        if let Some(name) = call_names(message).find(|n| !contains_word(rendered, n)) {
+        let missing = call_names(message).find(|&n| {
+            if found.contains(&n) {
+                return false;
+            }
+            let written = contains_word(rendered, n);
+            if written {
+                found.push(n);
+            }
+            !written
+        });
+        if let Some(name) = missing {
             return Err(TemplateError::at(
                 i,
                 format!(

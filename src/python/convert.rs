@@ -196,9 +196,14 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
         None => return Err(TemplateError::at(i, "the message has no 'role'")),
     };
     let field = |key: &str| get(dict, key).ok().flatten();
-    let content = field("content")
-        .map(|c| content_from_py(&c, i))
-        .transpose()?;
+    // A str content is in `map` already (converted once: encoding a long non-ASCII str to
+    // UTF-8 is most of a message's conversion).
+    let content = match map.get("content") {
+        Some(serde_json::Value::String(text)) => Some(Content::Text(text.clone())),
+        _ => field("content")
+            .map(|c| content_from_py(&c, i))
+            .transpose()?,
+    };
     let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
         .iter()
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
