@@ -71,10 +71,11 @@ struct Layout {
     text: String,
     /// Per piece: its kind and the end of its text in `text`.
     pieces: Vec<(PieceKind, usize)>,
-    /// Per rendered piece before the split at boundary tokens: its kind, the end of its text
-    /// in `text`, and the end of its split pieces in `pieces` (the next render splits only
-    /// what changed, see [`split_against`]).
-    sources: Vec<(PieceKind, usize, usize)>,
+    /// Per rendered piece before the split at boundary tokens: its kind and the end of its
+    /// split pieces in `pieces` (each rendered piece splits into at least one, so its text ends
+    /// where the last of them does; the next render splits only what changed, see
+    /// [`split_against`]).
+    sources: Vec<(PieceKind, usize)>,
     /// `(piece count, ids)`: after the first `piece count` pieces (ending with a template token,
     /// or none), the ids hold exactly `ids` tokens. Increasing; starts with `(0, 0)`.
     boundaries: Vec<(usize, usize)>,
@@ -152,28 +153,30 @@ fn encode_tail(
 /// most [`TokenSplitter::longest`] bytes from there, and the matcher starts afresh after a
 /// match. Returns the pieces, their sources for the next layout, and how many leading pieces
 /// are the previous layout's.
-#[allow(clippy::type_complexity)]
 fn split_against<'p>(
     previous: &Layout,
     pieces: &'p [Piece<'_>],
     splitter: &TokenSplitter,
-) -> (Vec<Piece<'p>>, Vec<(PieceKind, usize, usize)>, usize) {
+) -> (Vec<Piece<'p>>, Vec<(PieceKind, usize)>, usize) {
     let mut out: Vec<Piece<'p>> = Vec::with_capacity(previous.pieces.len() + 8);
     let mut sources = Vec::with_capacity(pieces.len());
-    let (mut at, mut text_end) = (0usize, 0usize);
+    // Where this piece starts, in the new text and, while the pieces so far are the previous
+    // render's, in the previous text too.
+    let mut at = 0usize;
     let mut reused = 0;
     let mut reusing = true;
     for (u, piece) in pieces.iter().enumerate() {
+        // The old piece's text and the end of its split pieces (they start at `out.len()`).
         let old = if reusing {
             previous.sources.get(u).copied()
         } else {
             None
         };
-        // The old piece's text and its split pieces `out.len()..split_end`.
         let old = old
-            .filter(|&(kind, _, _)| kind == piece.kind)
-            .and_then(|(_, end, split_end)| {
-                previous.text.get(at..end).map(|t| (t, end, split_end))
+            .filter(|&(kind, _)| kind == piece.kind)
+            .and_then(|(_, split_end)| {
+                let end = previous.pieces.get(split_end.checked_sub(1)?)?.1;
+                previous.text.get(at..end).map(|t| (t, split_end))
             });
         let reuse = |upto: usize, out: &mut Vec<Piece<'p>>| {
             let text: &'p str = &piece.text;
@@ -189,12 +192,11 @@ fn split_against<'p>(
             }
         };
         match old {
-            Some((old_text, end, split_end)) if old_text == &*piece.text => {
+            Some((old_text, split_end)) if old_text == &*piece.text => {
                 reuse(split_end, &mut out);
                 reused = out.len();
-                at = end;
             }
-            Some((old_text, _, split_end)) if piece.kind == PieceKind::TemplateText => {
+            Some((old_text, split_end)) if piece.kind == PieceKind::TemplateText => {
                 reusing = false;
                 let common = common_prefix(old_text.as_bytes(), piece.text.as_bytes());
                 // The last old boundary token ending at most `common + 1 - longest` in.
@@ -221,8 +223,8 @@ fn split_against<'p>(
                 splitter.split_piece(piece, 0, &mut out);
             }
         }
-        text_end += piece.text.len();
-        sources.push((piece.kind, text_end, out.len()));
+        at += piece.text.len();
+        sources.push((piece.kind, out.len()));
     }
     (out, sources, reused)
 }
@@ -263,7 +265,7 @@ fn plan_pieces(
 /// piece `shared`.
 fn layout_of(
     slice: &[Piece<'_>],
-    sources: Vec<(PieceKind, usize, usize)>,
+    sources: Vec<(PieceKind, usize)>,
     previous: &Layout,
     shared: usize,
 ) -> Layout {

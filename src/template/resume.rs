@@ -473,8 +473,7 @@ pub(super) fn instrument(stmts: &[Stmt], proof: &Proof) -> Option<Vec<Stmt>> {
             None,
         )),
     );
-    for_each_outer_expr(body, &mut |e| rewrite_read(e, &list, &loop_attr));
-    for_each_outer_expr(body, &mut |e| shift_counters(e, &list));
+    for_each_outer_expr(body, &mut |e| rewrite_body_expr(e, &list, &loop_attr));
     body.insert(0, Stmt::Data(ITER_MARK.to_string()));
     let after = [
         Stmt::Data(END_MARK.to_string()),
@@ -531,41 +530,32 @@ fn for_each_outer_expr(stmts: &mut [Stmt], f: &mut dyn FnMut(&mut Expr)) {
     }
 }
 
-/// Route a relative read `list[i]` through [`REL_NAME`].
-fn rewrite_read(e: &mut Expr, list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
-    if let Expr::Getitem(obj, key) = e {
-        if matches!(&**obj, Expr::Name(n) if n == list) {
+/// Rewrite an expression of the loop's body for the loop over `list[skip:]`: the counters
+/// `index0`, `index` and `length` become the whole list's (plus `skip`), `first` and
+/// `previtem` are computed from the shifted index (`last` and `nextitem` are the same on the
+/// slice), and a relative read `list[i]` goes through [`REL_NAME`] with the shifted counters.
+fn rewrite_body_expr(e: &mut Expr, list: &str, loop_attr: &dyn Fn(&str) -> Expr) {
+    let plus_skip = |a: &str| {
+        Expr::BinOp(
+            BinOp::Add,
+            Box::new(loop_attr(a)),
+            Box::new(Expr::Name(SKIP_NAME.into())),
+        )
+    };
+    match e {
+        Expr::Getitem(obj, key) if matches!(&**obj, Expr::Name(n) if n == list) => {
+            // The proof allows only a counter plus or minus a literal as the index.
+            rewrite_body_expr(key, list, loop_attr);
             let index = std::mem::replace(&mut **key, Expr::Const(Const::None));
             **key = Expr::Call(
                 Box::new(Expr::Name(REL_NAME.into())),
                 Args {
-                    args: vec![index, loop_attr("index0"), loop_attr("length")],
+                    args: vec![index, plus_skip("index0"), plus_skip("length")],
                     ..Args::default()
                 },
             );
-            return;
         }
-    }
-    e.children_mut()
-        .into_iter()
-        .for_each(|c| rewrite_read(c, list, loop_attr));
-}
-
-/// The loop's counters over `list[skip:]` made the whole list's: `index0`, `index` and
-/// `length` (read by [`REL_NAME`]) plus `skip`; `first` and `previtem` from the shifted
-/// index. `last` and `nextitem` are the same on the slice.
-fn shift_counters(e: &mut Expr, list: &str) {
-    let counter = |a: &str| Expr::Getattr(Box::new(Expr::Name("loop".into())), a.into());
-    let plus_skip = |a: &str| {
-        Expr::BinOp(
-            BinOp::Add,
-            Box::new(counter(a)),
-            Box::new(Expr::Name(SKIP_NAME.into())),
-        )
-    };
-    let int = |i: i128| Box::new(Expr::Const(Const::Int(i)));
-    if let Expr::Getattr(l, attr) = e {
-        if matches!(&**l, Expr::Name(n) if n == "loop") {
+        Expr::Getattr(l, attr) if matches!(&**l, Expr::Name(n) if n == "loop") => {
             match attr.as_str() {
                 "index0" | "index" | "length" => *e = plus_skip(attr),
                 "first" => {
@@ -586,7 +576,7 @@ fn shift_counters(e: &mut Expr, list: &str) {
                             Box::new(Expr::BinOp(
                                 BinOp::Sub,
                                 Box::new(plus_skip("index0")),
-                                int(1),
+                                Box::new(Expr::Const(Const::Int(1))),
                             )),
                         )),
                         None,
@@ -594,12 +584,12 @@ fn shift_counters(e: &mut Expr, list: &str) {
                 }
                 _ => {}
             }
-            return;
         }
+        _ => e
+            .children_mut()
+            .into_iter()
+            .for_each(|c| rewrite_body_expr(c, list, loop_attr)),
     }
-    e.children_mut()
-        .into_iter()
-        .for_each(|c| shift_counters(c, list));
 }
 
 /// What a session keeps of a render to resume the next one: the text without the generation
