@@ -168,11 +168,37 @@ impl<'a> Pieces<'a> {
     /// The rendered prompt: every piece's text, concatenated. This is what
     /// `apply_chat_template(..., tokenize=False)` returns.
     pub fn render(&self) -> String {
-        let mut s = String::with_capacity(self.items.iter().map(|p| p.text.len()).sum());
-        for p in &self.items {
-            s.push_str(&p.text);
+        self.rendered().into_owned()
+    }
+
+    /// [`Pieces::render`], taking the text out of the one piece that holds it all (not
+    /// copying it, where the piece owns it).
+    pub fn into_rendered(mut self) -> String {
+        match self.items.len() {
+            0 => String::new(),
+            1 => self
+                .items
+                .pop()
+                .map(|p| p.text.into_owned())
+                .unwrap_or_default(),
+            _ => self.render(),
         }
-        s
+    }
+
+    /// [`Pieces::render`], borrowed when one piece holds all the text (a Jinja render
+    /// without markers is one piece: the whole conversation, which is then not copied).
+    pub fn rendered(&self) -> Cow<'_, str> {
+        match &self.items[..] {
+            [] => Cow::Borrowed(""),
+            [only] => Cow::Borrowed(&only.text),
+            items => {
+                let mut s = String::with_capacity(items.iter().map(|p| p.text.len()).sum());
+                for p in items {
+                    s.push_str(&p.text);
+                }
+                Cow::Owned(s)
+            }
+        }
     }
 
     /// Keep only the first `offset` bytes of the rendered prompt ([`Pieces::render`]): pieces

@@ -253,27 +253,72 @@ fn plan_pieces(
     pe: &PieceEncoder<'_>,
     splitter: &TokenSplitter,
 ) -> Result<Plan> {
-    let (pieces, sources, reused) = split_against(previous, pieces.as_slice(), splitter);
-    let shared = previous.shared_pieces(&pieces, reused);
-    let (from, keep) = previous.boundary_within(shared);
-    let mut layout = layout_of(&pieces, sources, previous, from);
-    let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
-    Ok(Plan { keep, tail, layout })
+    let plan = plan_without_text(previous, pieces.as_slice(), pe, splitter)?;
+    Ok(plan.with_text(pieces.render()))
 }
 
-/// The layout of `pieces` (split from `sources`) with the boundaries of `previous` up to
-/// piece `shared`.
+/// [`plan_pieces`], keeping the text of `pieces` in the layout without copying it where one
+/// piece holds it all (a Jinja render: the whole conversation).
+fn plan_owned_pieces(
+    previous: &Layout,
+    pieces: Pieces<'static>,
+    pe: &PieceEncoder<'_>,
+    splitter: &TokenSplitter,
+) -> Result<Plan> {
+    let plan = plan_without_text(previous, pieces.as_slice(), pe, splitter)?;
+    Ok(plan.with_text(pieces.into_rendered()))
+}
+
+/// A [`Plan`] but for its layout's text, which the caller has.
+struct PlanWithoutText {
+    keep: usize,
+    tail: Vec<u32>,
+    layout: Layout,
+}
+
+impl PlanWithoutText {
+    /// The plan, `text` being the rendered pieces it was made from.
+    fn with_text(self, text: String) -> Plan {
+        debug_assert_eq!(text.len(), self.layout.pieces.last().map_or(0, |p| p.1));
+        Plan {
+            keep: self.keep,
+            tail: self.tail,
+            layout: Layout {
+                text,
+                ..self.layout
+            },
+        }
+    }
+}
+
+fn plan_without_text(
+    previous: &Layout,
+    pieces: &[Piece<'_>],
+    pe: &PieceEncoder<'_>,
+    splitter: &TokenSplitter,
+) -> Result<PlanWithoutText> {
+    let (pieces, sources, reused) = split_against(previous, pieces, splitter);
+    let shared = previous.shared_pieces(&pieces, reused);
+    let (from, keep) = previous.boundary_within(shared);
+    let mut layout = layout_of(String::new(), &pieces, sources, previous, from);
+    let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
+    Ok(PlanWithoutText { keep, tail, layout })
+}
+
+/// The layout of `slice` (split from `sources`; `text` is their text, concatenated) with the
+/// boundaries of `previous` up to piece `shared`.
 fn layout_of(
+    text: String,
     slice: &[Piece<'_>],
     sources: Vec<(PieceKind, usize)>,
     previous: &Layout,
     shared: usize,
 ) -> Layout {
-    let mut text = String::with_capacity(slice.iter().map(|p| p.text.len()).sum());
     let mut kinds = Vec::with_capacity(slice.len());
+    let mut end = 0;
     for p in slice {
-        text.push_str(&p.text);
-        kinds.push((p.kind, text.len()));
+        end += p.text.len();
+        kinds.push((p.kind, end));
     }
     let kept = previous.boundaries.partition_point(|&(p, _)| p <= shared);
     Layout {
@@ -430,7 +475,10 @@ impl Session {
                 &self.prompt_options,
                 Some(&self.memo),
                 |without, with, pe, splitter| {
-                    Ok((plan_pieces(&self.layout, without, pe, splitter)?, with))
+                    Ok((
+                        plan_owned_pieces(&self.layout, without, pe, splitter)?,
+                        with,
+                    ))
                 },
             )
             .ok()
@@ -442,11 +490,17 @@ impl Session {
     fn prompt_plan(&self, encoder: &Encoder) -> Result<std::sync::Arc<Plan>> {
         let planned = match self.prompt.get() {
             Some(Prompt::Planned(plan)) => return Ok(plan),
-            Some(Prompt::Rendered(pieces)) => encoder
-                .with_piece_encoder(&self.prompt_options, |pe, splitter| {
-                    plan_pieces(&self.layout, &pieces, pe, splitter)
-                })
-                .transpose()?,
+            Some(Prompt::Rendered(pieces)) => {
+                // The plan replaces the pieces, so they are ours to keep in its layout (cloned
+                // only if another thread is planning them too).
+                self.prompt.set(None);
+                let pieces = std::sync::Arc::try_unwrap(pieces).unwrap_or_else(|p| (*p).clone());
+                encoder
+                    .with_piece_encoder(&self.prompt_options, |pe, splitter| {
+                        plan_owned_pieces(&self.layout, pieces, pe, splitter)
+                    })
+                    .transpose()?
+            }
             None => None,
         };
         let plan = std::sync::Arc::new(match planned {
@@ -598,7 +652,7 @@ impl Session {
                 };
                 ids.push(id);
             }
-            let mut layout = layout_of(slice, sources, prompt_layout, from);
+            let mut layout = layout_of(pieces.render(), slice, sources, prompt_layout, from);
             layout.boundaries.push((end + 1, ids.len()));
             let after = encode_tail(pe, slice, end + 1, ids.len(), &mut layout)?;
             ids.extend(after);
@@ -718,7 +772,7 @@ mod tests {
             boundaries: vec![(0, 0)],
             ..Layout::default()
         };
-        let layout = layout_of(a.as_slice(), Vec::new(), &base, 0);
+        let layout = layout_of(a.render(), a.as_slice(), Vec::new(), &base, 0);
         assert_eq!(layout.text, "user: hi<eot>\n");
         let mut b = Pieces::new();
         b.text("user: ");
@@ -817,7 +871,7 @@ mod tests {
             let (old_split, sources, reused) = split_against(&base, old.as_slice(), &splitter);
             assert_eq!(reused, 0);
             assert_eq!(old_split, splitter.split(old.as_slice()));
-            let layout = layout_of(&old_split, sources, &base, 0);
+            let layout = layout_of(old.render(), &old_split, sources, &base, 0);
             // Change it: extend the last text, append pieces, change or cut one anywhere.
             let i = next(texts.len());
             match next(4) {

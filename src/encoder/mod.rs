@@ -432,7 +432,7 @@ impl Encoder {
         messages: &[Message],
         options: &EncodeOptions,
         memo: Option<&RenderMemo>,
-        f: impl FnOnce(&Pieces<'_>, Pieces<'static>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
+        f: impl FnOnce(Pieces<'static>, Pieces<'static>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
     ) -> Result<Option<R>> {
         let Some((t, encoder, mode)) = self.session_route(options, memo) else {
             return Ok(None);

@@ -198,7 +198,7 @@ impl TemplateRoute {
             provenance,
         )?;
         // On the caller's text: the rendered string itself holds sanitizer markers.
-        tools::check_nothing_dropped(messages, &pieces.render())?;
+        tools::check_nothing_dropped(messages, &pieces.rendered())?;
         Ok(pieces)
     }
 
@@ -292,7 +292,7 @@ impl TemplateRoute {
         messages: &[Message],
         options: &EncodeOptions,
         mode: RenderMode<'_>,
-        f: impl FnOnce(&Pieces<'_>, Pieces<'static>) -> Result<R>,
+        f: impl FnOnce(Pieces<'static>, Pieces<'static>) -> Result<R>,
     ) -> Result<Option<R>> {
         if !options.add_generation_prompt
             || options.continue_final_message
@@ -333,13 +333,13 @@ impl TemplateRoute {
             return Ok(None);
         };
         for pieces in [&mut without, &mut with] {
-            if tools::check_nothing_dropped(messages, &pieces.render()).is_err()
+            if tools::check_nothing_dropped(messages, &pieces.rendered()).is_err()
                 || prepared.finish(pieces).is_err()
             {
                 return Ok(None);
             }
         }
-        f(&without, with).map(Some)
+        f(without, with).map(Some)
     }
 }
 

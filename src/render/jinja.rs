@@ -264,12 +264,8 @@ impl JinjaFormat {
                 // Keep the loop's state where every message has its dict (recognized by it).
                 let raws: Option<Vec<_>> = messages.iter().map(|m| m.raw.clone()).collect();
                 let kept = state.resume.take().filter(|k| k.extended_by(messages, n));
-                let resumed = t.render_data_resume(
-                    c,
-                    n,
-                    Some(&mut state.json),
-                    kept.as_ref().map(|k| &k.state),
-                )?;
+                let resumed =
+                    t.render_data_resume(c, n, Some(&mut state.json), kept.map(|k| k.state))?;
                 Ok(resumed.map(|(text, at, loop_state)| {
                     state.resume = raws.map(|messages| KeptLoop {
                         messages,
@@ -282,8 +278,9 @@ impl JinjaFormat {
         let Some((whole, at)) = split else {
             return Ok(None);
         };
-        let without = self.pieces_of(&whole[..at], Vec::new(), messages, sanitizer, false)?;
-        let with = self.pieces_of(&whole, Vec::new(), messages, sanitizer, false)?;
+        // Without provenance, a render's pieces are those of its text alone.
+        let without = unlocated_pieces(whole[..at].to_string(), sanitizer)?;
+        let with = unlocated_pieces(whole, sanitizer)?;
         Ok(Some((without, with)))
     }
 
@@ -906,6 +903,21 @@ pub fn split_rendered(
     split_rendered_with_bodies(rendered, spans, &[], marked)
 }
 
+/// [`split_rendered`] without spans, taking the rendered string: where nothing in it is
+/// marked, the string itself is the one piece (a session's render is the whole conversation,
+/// which is then not copied).
+fn unlocated_pieces(
+    rendered: String,
+    marked: Option<&ControlTokens>,
+) -> Result<Pieces<'static>, TemplateError> {
+    if marked.is_some() && find_marker(&rendered).is_some() {
+        return split_rendered(&rendered, &[], marked);
+    }
+    let mut pieces = Pieces::new();
+    pieces.text(rendered);
+    Ok(pieces)
+}
+
 /// [`split_rendered`], with the pieces inside `bodies` marked as their message's body
 /// (template text there is tagged with the body's message).
 fn split_rendered_with_bodies(
@@ -1065,6 +1077,32 @@ mod tests {
 
     fn control() -> ControlTokens {
         ControlTokens::new(vec![("<|eot_id|>".into(), 1), ("<|im_end|>".into(), 2)])
+    }
+
+    #[test]
+    fn unlocated_pieces_are_split_rendered_without_spans() {
+        let control = control();
+        let texts = [
+            "",
+            "plain text",
+            "a<|eot_id|>b",
+            "a\u{F0000}<|eot_id|>\u{F0001}b",
+            "cut \u{F0001} here",
+            "\u{F0000}\u{F0000}\u{F0001}",
+            "\u{F0002}\u{F3000}\u{10FFFF} not markers",
+        ];
+        for text in texts {
+            for marked in [None, Some(&control)] {
+                assert_eq!(
+                    unlocated_pieces(text.to_string(), marked)
+                        .unwrap()
+                        .as_slice(),
+                    split_rendered(text, &[], marked).unwrap().as_slice(),
+                    "{text:?} (marked: {})",
+                    marked.is_some()
+                );
+            }
+        }
     }
 
     #[test]

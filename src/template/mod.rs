@@ -296,7 +296,7 @@ impl ChatTemplate {
         context: Vec<(&str, Data)>,
         now: Option<DateTime>,
         memo: Option<&mut JsonMemo>,
-        kept: Option<&LoopState>,
+        kept: Option<LoopState>,
     ) -> Result<Option<(String, usize, LoopState)>, RenderError> {
         let Some(proof) = &self.resumes else {
             return Ok(None);
@@ -308,14 +308,15 @@ impl ChatTemplate {
             .unwrap_or(0);
         let root = root_of(context)?;
         data::with_memo(memo, || {
-            let mut skip = resume::skip_of(kept);
+            let mut skip = resume::skip_of(kept.as_ref());
+            let mut kept = kept;
             loop {
                 let mut root = root.clone();
                 root.insert(Value::from(resume::SKIP_NAME), Value::from(skip));
                 resume::REL_FLOOR.with(|f| f.set(usize::MAX));
                 let raw = self.render_root_of(RESUME_TEMPLATE_NAME, root, now)?;
                 let floor = resume::REL_FLOOR.with(|f| f.get());
-                let kept = kept.filter(|_| skip > 0);
+                let kept = kept.take().filter(|_| skip > 0);
                 match resume::assemble(
                     &raw,
                     GENERATION_MARK,
@@ -965,6 +966,10 @@ mod tests {
              {% if loop.first %}{{ sys }}{% endif %}{% if loop.index0 > 0 and loop_messages[loop.index0 - 1].role == m.role %}DUP{% endif %}\
              {{ loop_messages[loop.index0 + 1].role if not loop.last }}{{ loop_messages[0].role }}{{ m.role }}:{{ m.content }}\
              {{ loop.previtem.role if loop.previtem is defined }}{% endfor %}{% if add_generation_prompt %}G{% endif %}",
+            // The text before the loop changes as the conversation grows (the kept text cannot
+            // be extended in place).
+            "{{ messages|length }} messages, last {{ messages[-1].role }}\n{% for m in messages %}{{ m.role }}:{{ m.content }}\n\
+             {% endfor %}{% if add_generation_prompt %}G{% endif %}",
         ];
         let sources = template_sources().into_iter().chain(
             written
@@ -1010,19 +1015,19 @@ mod tests {
                             ]
                         };
                         let full = template.render_data_split(context(), Some(PROBE_NOW), None);
+                        let resumable = kept.as_ref().is_some_and(|k| k.reusable > 0);
                         let got = template.render_data_resume(
                             context(),
                             Some(PROBE_NOW),
                             None,
-                            kept.as_ref(),
+                            kept.take(),
                         );
                         match (full, got) {
                             (Ok(Some((text, at))), Ok(Some((rtext, rat, state)))) => {
                                 assert_eq!(text, rtext, "{name}: {n} messages (step {step})");
                                 assert_eq!(at, rat, "{name}: {n} messages (step {step})");
                                 compared += 1;
-                                resumed +=
-                                    usize::from(kept.as_ref().is_some_and(|k| k.reusable > 0));
+                                resumed += usize::from(resumable);
                                 kept = Some(state);
                             }
                             (Err(_), Err(_)) => break,

@@ -689,15 +689,23 @@ pub(super) fn skip_of(kept: Option<&LoopState>) -> usize {
     kept.map_or(0, |k| k.reusable)
 }
 
+/// Room a kept text leaves after its end, so that the next render, which extends it, writes
+/// into it without moving it (see [`assemble`]).
+fn spare(len: usize) -> usize {
+    len / 4 + (16 << 10)
+}
+
 /// Assemble the resumed render: `raw` rendered with `skip` iterations skipped, spliced with
 /// `kept`'s text of those iterations. `None` when the marks are not the template's own, or
 /// the loop's items do not line up with the kept ones (then render again without skipping).
+/// Where the text before the loop is the kept one's (it usually is: the same arguments and
+/// first messages), the kept text is extended in place instead of copied.
 pub(super) fn assemble(
     raw: &str,
     generation_mark: char,
     messages: usize,
     skip: usize,
-    kept: Option<&LoopState>,
+    kept: Option<LoopState>,
     lookahead: bool,
     floor: usize,
 ) -> Option<Resumed> {
@@ -705,8 +713,10 @@ pub(super) fn assemble(
     let offset = messages.checked_sub(m.count)?;
     let state_of = |text: &str, starts: Vec<usize>| {
         let reusable = m.count.saturating_sub(usize::from(lookahead)).min(floor);
+        let mut kept = String::with_capacity(text.len() + spare(text.len()));
+        kept.push_str(text);
         LoopState {
-            text: text.to_string(),
+            text: kept,
             starts,
             offset,
             reusable,
@@ -727,12 +737,7 @@ pub(super) fn assemble(
     }
     let kept_from = kept.starts[0];
     let kept_to = kept.starts.get(skip).copied().unwrap_or(kept.text.len());
-    let spliced = &kept.text[kept_from..kept_to];
-    let mut text = String::with_capacity(m.text.len() + spliced.len());
-    text.push_str(&m.text[..m.loop_start]);
-    text.push_str(spliced);
-    text.push_str(&m.text[m.loop_start..]);
-    let shift = spliced.len();
+    let shift = kept_to - kept_from;
     let mut starts = Vec::with_capacity(m.count);
     starts.extend(
         kept.starts[..skip]
@@ -740,6 +745,20 @@ pub(super) fn assemble(
             .map(|&s| s - kept_from + m.loop_start),
     );
     starts.extend(m.iterations.iter().map(|&s| s + shift));
+    // The text before the loop, then the kept iterations, then the rendered rest.
+    let text = if kept.text[..kept_from] == m.text[..m.loop_start] {
+        let mut text = kept.text;
+        text.truncate(kept_to);
+        text.push_str(&m.text[m.loop_start..]);
+        text
+    } else {
+        let spliced = &kept.text[kept_from..kept_to];
+        let mut text = String::with_capacity(m.text.len() + spliced.len());
+        text.push_str(&m.text[..m.loop_start]);
+        text.push_str(spliced);
+        text.push_str(&m.text[m.loop_start..]);
+        text
+    };
     let state = state_of(&text[..m.loop_end + shift], starts);
     Some(Resumed {
         at: m.generation + shift,
