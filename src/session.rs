@@ -151,13 +151,17 @@ fn encode_tail(
 /// run of it, which the new turn extends) reuses its old split up to a boundary token that
 /// lies early enough in the shared text: whether a token matches at a position depends on at
 /// most [`TokenSplitter::longest`] bytes from there, and the matcher starts afresh after a
-/// match. Returns the pieces, their sources for the next layout, and how many leading pieces
-/// are the previous layout's.
+/// match. The first `known` bytes of the pieces' text are known to be `previous`'s (the
+/// caller knows where the two renders come from); they are not compared again. Returns the
+/// pieces, their sources for the next layout, and how many leading pieces are the previous
+/// layout's.
 fn split_against<'p>(
     previous: &Layout,
     pieces: &'p [Piece<'_>],
+    known: usize,
     splitter: &TokenSplitter,
 ) -> (Vec<Piece<'p>>, Vec<(PieceKind, usize)>, usize) {
+    debug_assert!(known <= previous.text.len());
     let mut out: Vec<Piece<'p>> = Vec::with_capacity(previous.pieces.len() + 8);
     let mut sources = Vec::with_capacity(pieces.len());
     // Where this piece starts, in the new text and, while the pieces so far are the previous
@@ -191,14 +195,21 @@ fn split_against<'p>(
                 start = end;
             }
         };
+        // Of this piece, the bytes known to be the old piece's.
+        let same = known.saturating_sub(at);
         match old {
-            Some((old_text, split_end)) if old_text == &*piece.text => {
+            Some((old_text, split_end))
+                if old_text.len() == piece.text.len()
+                    && (same >= old_text.len() || old_text == &*piece.text) =>
+            {
                 reuse(split_end, &mut out);
                 reused = out.len();
             }
             Some((old_text, split_end)) if piece.kind == PieceKind::TemplateText => {
                 reusing = false;
-                let common = common_prefix(old_text.as_bytes(), piece.text.as_bytes());
+                let from = same.min(old_text.len()).min(piece.text.len());
+                let common = from
+                    + common_prefix(&old_text.as_bytes()[from..], &piece.text.as_bytes()[from..]);
                 // The last old boundary token ending at most `common + 1 - longest` in.
                 let limit = (common + 1).saturating_sub(splitter.longest());
                 let last =
@@ -253,19 +264,21 @@ fn plan_pieces(
     pe: &PieceEncoder<'_>,
     splitter: &TokenSplitter,
 ) -> Result<Plan> {
-    let plan = plan_without_text(previous, pieces.as_slice(), pe, splitter)?;
+    let plan = plan_without_text(previous, pieces.as_slice(), 0, pe, splitter)?;
     Ok(plan.with_text(pieces.render()))
 }
 
 /// [`plan_pieces`], keeping the text of `pieces` in the layout without copying it where one
-/// piece holds it all (a Jinja render: the whole conversation).
+/// piece holds it all (a Jinja render: the whole conversation). The first `known` bytes of
+/// their text are known to be `previous`'s ([`split_against`]).
 fn plan_owned_pieces(
     previous: &Layout,
     pieces: Pieces<'static>,
+    known: usize,
     pe: &PieceEncoder<'_>,
     splitter: &TokenSplitter,
 ) -> Result<Plan> {
-    let plan = plan_without_text(previous, pieces.as_slice(), pe, splitter)?;
+    let plan = plan_without_text(previous, pieces.as_slice(), known, pe, splitter)?;
     Ok(plan.with_text(pieces.into_rendered()))
 }
 
@@ -294,10 +307,11 @@ impl PlanWithoutText {
 fn plan_without_text(
     previous: &Layout,
     pieces: &[Piece<'_>],
+    known: usize,
     pe: &PieceEncoder<'_>,
     splitter: &TokenSplitter,
 ) -> Result<PlanWithoutText> {
-    let (pieces, sources, reused) = split_against(previous, pieces, splitter);
+    let (pieces, sources, reused) = split_against(previous, pieces, known, splitter);
     let shared = previous.shared_pieces(&pieces, reused);
     let (from, keep) = previous.boundary_within(shared);
     let mut layout = layout_of(String::new(), &pieces, sources, previous, from);
@@ -337,7 +351,9 @@ fn layout_of(
 #[derive(Clone)]
 enum Prompt {
     Planned(std::sync::Arc<Plan>),
-    Rendered(std::sync::Arc<Pieces<'static>>),
+    /// The pieces, and how many leading bytes of their text are the session layout's text
+    /// (the layout is the render without the prompt, these pieces the same render with it).
+    Rendered(std::sync::Arc<Pieces<'static>>, usize),
 }
 
 #[derive(Default)]
@@ -464,21 +480,15 @@ impl Session {
     /// where the template allows it (see [`crate::template::ChatTemplate::render_data_split`]).
     /// `None` where it does not, or where anything fails (rendering each then raises what
     /// there is to raise).
-    fn plan_split(
-        &self,
-        encoder: &Encoder,
-        messages: &[Message],
-    ) -> Option<(Plan, Pieces<'static>)> {
+    fn plan_split(&self, encoder: &Encoder, messages: &[Message]) -> Option<(Plan, Prompt)> {
         encoder
             .with_rendered_pieces_split(
                 messages,
                 &self.prompt_options,
                 Some(&self.memo),
-                |without, with, pe, splitter| {
-                    Ok((
-                        plan_owned_pieces(&self.layout, without, pe, splitter)?,
-                        with,
-                    ))
+                |without, with, shared, pe, splitter| {
+                    let plan = plan_owned_pieces(&self.layout, without, 0, pe, splitter)?;
+                    Ok((plan, Prompt::Rendered(std::sync::Arc::new(with), shared)))
                 },
             )
             .ok()
@@ -490,14 +500,14 @@ impl Session {
     fn prompt_plan(&self, encoder: &Encoder) -> Result<std::sync::Arc<Plan>> {
         let planned = match self.prompt.get() {
             Some(Prompt::Planned(plan)) => return Ok(plan),
-            Some(Prompt::Rendered(pieces)) => {
+            Some(Prompt::Rendered(pieces, shared)) => {
                 // The plan replaces the pieces, so they are ours to keep in its layout (cloned
                 // only if another thread is planning them too).
                 self.prompt.set(None);
                 let pieces = std::sync::Arc::try_unwrap(pieces).unwrap_or_else(|p| (*p).clone());
                 encoder
                     .with_piece_encoder(&self.prompt_options, |pe, splitter| {
-                        plan_owned_pieces(&self.layout, pieces, pe, splitter)
+                        plan_owned_pieces(&self.layout, pieces, shared, pe, splitter)
                     })
                     .transpose()?
             }
@@ -540,7 +550,7 @@ impl Session {
         messages.extend(new);
         // One render gives the generation prompt's plan too, where the template allows it.
         let (plan, prompt) = match self.plan_split(encoder, &messages) {
-            Some((plan, with)) => (Ok(plan), Some(Prompt::Rendered(std::sync::Arc::new(with)))),
+            Some((plan, prompt)) => (Ok(plan), Some(prompt)),
             None => (self.plan(encoder, &messages, false), None),
         };
         let planned = plan.and_then(|plan| {
@@ -622,7 +632,7 @@ impl Session {
         let ends_with_stop = last.is_some_and(|id| stops.contains(&id));
         let prompt_layout = &prompt.layout;
         let planned = encoder.with_rendered_pieces(&messages, &self.options, Some(&self.memo), |pieces, pe, splitter| {
-            let (split, sources, reused) = split_against(prompt_layout, pieces.as_slice(), splitter);
+            let (split, sources, reused) = split_against(prompt_layout, pieces.as_slice(), 0, splitter);
             let slice = split.as_slice();
             // The render with the turn shares the prompt's pieces up to the turn's text at
             // least; the turn ends at its first end-of-turn token after that.
@@ -868,7 +878,7 @@ mod tests {
                 p
             };
             let old = build(&texts);
-            let (old_split, sources, reused) = split_against(&base, old.as_slice(), &splitter);
+            let (old_split, sources, reused) = split_against(&base, old.as_slice(), 0, &splitter);
             assert_eq!(reused, 0);
             assert_eq!(old_split, splitter.split(old.as_slice()));
             let layout = layout_of(old.render(), &old_split, sources, &base, 0);
@@ -892,7 +902,14 @@ mod tests {
                 _ => texts[i].1.insert_str(0, fragments[next(fragments.len())]),
             }
             let new = build(&texts);
-            let (split, _, reused) = split_against(&layout, new.as_slice(), &splitter);
+            // Known to be shared: nothing, all that is, or part of it.
+            let common = common_prefix(layout.text.as_bytes(), new.render().as_bytes());
+            let known = match next(3) {
+                0 => 0,
+                1 => common,
+                _ => next(common + 1),
+            };
+            let (split, _, reused) = split_against(&layout, new.as_slice(), known, &splitter);
             let afresh = splitter.split(new.as_slice());
             assert_eq!(split, afresh, "{texts:?}");
             assert!(reused <= layout.shared_pieces(&afresh, 0));

@@ -425,14 +425,21 @@ impl Encoder {
 
     /// [`Encoder::with_rendered_pieces`] of `messages` without and with the generation
     /// prompt, from one render where the template allows it (`options` ask for the prompt):
-    /// `f` gets both piece lists. `None` where it does not (see
-    /// [`TemplateRoute::with_pieces_split`]): render each instead.
+    /// `f` gets both piece lists and how many leading bytes of the second's text are known
+    /// to be the first's. `None` where it does not (see [`TemplateRoute::with_pieces_split`]):
+    /// render each instead.
     pub(crate) fn with_rendered_pieces_split<R>(
         &self,
         messages: &[Message],
         options: &EncodeOptions,
         memo: Option<&RenderMemo>,
-        f: impl FnOnce(Pieces<'static>, Pieces<'static>, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
+        f: impl FnOnce(
+            Pieces<'static>,
+            Pieces<'static>,
+            usize,
+            &PieceEncoder<'_>,
+            &TokenSplitter,
+        ) -> Result<R>,
     ) -> Result<Option<R>> {
         let Some((t, encoder, mode)) = self.session_route(options, memo) else {
             return Ok(None);
@@ -442,7 +449,7 @@ impl Encoder {
             messages,
             options,
             mode,
-            |without, with| f(without, with, &encoder, &t.token_splitter),
+            |without, with, shared| f(without, with, shared, &encoder, &t.token_splitter),
         )
     }
 

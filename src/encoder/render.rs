@@ -283,16 +283,17 @@ impl TemplateRoute {
 impl TemplateRoute {
     /// [`TemplateRoute::with_pieces`] of `messages` without and with the generation prompt,
     /// from one render of the Jinja path (`options` are those with it): `f` gets both piece
-    /// lists (the second to keep). `None` when one render cannot give both (a native format renders, the template
-    /// does not split, the render needs provenance, or any check fails: the caller then
-    /// renders each, which raises what there is to raise).
+    /// lists and how many leading bytes of the second's text are known to be the first's
+    /// ([`JinjaFormat::pieces_split`]). `None` when one render cannot give both (a native
+    /// format renders, the template does not split, the render needs provenance, or any
+    /// check fails: the caller then renders each, which raises what there is to raise).
     pub(super) fn with_pieces_split<R>(
         &self,
         policy: ArgsPolicy,
         messages: &[Message],
         options: &EncodeOptions,
         mode: RenderMode<'_>,
-        f: impl FnOnce(Pieces<'static>, Pieces<'static>) -> Result<R>,
+        f: impl FnOnce(Pieces<'static>, Pieces<'static>, usize) -> Result<R>,
     ) -> Result<Option<R>> {
         if !options.add_generation_prompt
             || options.continue_final_message
@@ -328,7 +329,8 @@ impl TemplateRoute {
             memo: mode.memo,
         };
         let sanitizer = mode.sanitize.then_some(&self.control_tokens);
-        let Ok(Some((mut without, mut with))) = jinja.pieces_split(messages, &request, sanitizer)
+        let Ok(Some((mut without, mut with, shared))) =
+            jinja.pieces_split(messages, &request, sanitizer)
         else {
             return Ok(None);
         };
@@ -339,7 +341,7 @@ impl TemplateRoute {
                 return Ok(None);
             }
         }
-        f(without, with).map(Some)
+        f(without, with, shared).map(Some)
     }
 }
 

@@ -240,14 +240,16 @@ impl JinjaFormat {
 
     /// [`JinjaFormat::pieces`] without provenance of `messages` with and without the
     /// generation prompt, from one render (`request.add_generation_prompt` is ignored):
-    /// `(without, with)`. `None` where the template's renders do not split
-    /// ([`ChatTemplate::render_data_split`]); then render each.
+    /// `(without, with, shared)`, where the first `shared` bytes of the text of `with` are
+    /// known to be the text of `without` (0 where that is not known). `None` where the
+    /// template's renders do not split ([`ChatTemplate::render_data_split`]); then render each.
+    #[allow(clippy::type_complexity)]
     pub fn pieces_split(
         &self,
         messages: &[Message],
         request: &JinjaRequest<'_>,
         sanitizer: Option<&ControlTokens>,
-    ) -> Result<Option<(Pieces<'static>, Pieces<'static>)>, TemplateError> {
+    ) -> Result<Option<(Pieces<'static>, Pieces<'static>, usize)>, TemplateError> {
         if !self.template.splits() {
             return Ok(None);
         }
@@ -278,10 +280,15 @@ impl JinjaFormat {
         let Some((whole, at)) = split else {
             return Ok(None);
         };
-        // Without provenance, a render's pieces are those of its text alone.
-        let without = unlocated_pieces(whole[..at].to_string(), sanitizer)?;
-        let with = unlocated_pieces(whole, sanitizer)?;
-        Ok(Some((without, with)))
+        // Without provenance, a render's pieces are those of its text alone: where nothing in
+        // it is marked, the text itself is the one piece (the render moved, not copied).
+        if sanitizer.is_some() && find_marker(&whole).is_some() {
+            let without = split_rendered(&whole[..at], &[], sanitizer)?;
+            let with = split_rendered(&whole, &[], sanitizer)?;
+            return Ok(Some((without, with, 0)));
+        }
+        let without = one_piece(whole[..at].to_string());
+        Ok(Some((without, one_piece(whole), at)))
     }
 
     /// The pieces of a render (`spans`: its aligned provenance spans, `provenance`: whether
@@ -903,19 +910,12 @@ pub fn split_rendered(
     split_rendered_with_bodies(rendered, spans, &[], marked)
 }
 
-/// [`split_rendered`] without spans, taking the rendered string: where nothing in it is
-/// marked, the string itself is the one piece (a session's render is the whole conversation,
-/// which is then not copied).
-fn unlocated_pieces(
-    rendered: String,
-    marked: Option<&ControlTokens>,
-) -> Result<Pieces<'static>, TemplateError> {
-    if marked.is_some() && find_marker(&rendered).is_some() {
-        return split_rendered(&rendered, &[], marked);
-    }
+/// Rendered text as its one piece: what [`split_rendered`] gives without spans where nothing
+/// in the text is marked (or nothing is sanitized), without copying the text.
+fn one_piece(rendered: String) -> Pieces<'static> {
     let mut pieces = Pieces::new();
     pieces.text(rendered);
-    Ok(pieces)
+    pieces
 }
 
 /// [`split_rendered`], with the pieces inside `bodies` marked as their message's body
@@ -1080,27 +1080,28 @@ mod tests {
     }
 
     #[test]
-    fn unlocated_pieces_are_split_rendered_without_spans() {
+    fn one_piece_is_split_rendered_of_unmarked_text() {
         let control = control();
         let texts = [
-            "",
-            "plain text",
-            "a<|eot_id|>b",
-            "a\u{F0000}<|eot_id|>\u{F0001}b",
-            "cut \u{F0001} here",
-            "\u{F0000}\u{F0000}\u{F0001}",
-            "\u{F0002}\u{F3000}\u{10FFFF} not markers",
+            ("", false),
+            ("plain text", false),
+            ("a<|eot_id|>b", false),
+            ("\u{F0002}\u{F3000}\u{10FFFF} not markers", false),
+            ("a\u{F0000}<|eot_id|>\u{F0001}b", true),
+            ("cut \u{F0001} here", true),
+            ("\u{F0000}\u{F0000}\u{F0001}", true),
         ];
-        for text in texts {
-            for marked in [None, Some(&control)] {
-                assert_eq!(
-                    unlocated_pieces(text.to_string(), marked)
-                        .unwrap()
-                        .as_slice(),
-                    split_rendered(text, &[], marked).unwrap().as_slice(),
-                    "{text:?} (marked: {})",
-                    marked.is_some()
-                );
+        for (text, marked) in texts {
+            assert_eq!(find_marker(text).is_some(), marked, "{text:?}");
+            let plain = one_piece(text.to_string());
+            assert_eq!(
+                plain.as_slice(),
+                split_rendered(text, &[], None).unwrap().as_slice()
+            );
+            if !marked {
+                let control = Some(&control);
+                let split = split_rendered(text, &[], control).unwrap();
+                assert_eq!(plain.as_slice(), split.as_slice(), "{text:?}");
             }
         }
     }
