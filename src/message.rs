@@ -101,8 +101,9 @@ pub enum TemplateValue {
     /// Python's `None`.
     None,
     /// Any other JSON-like value (float, list, dict), passed through to the generic Jinja
-    /// path; native formats reject it.
-    Json(serde_json::Value),
+    /// path; native formats reject it. Shared, not copied, by copies of the arguments (a
+    /// session's, its renders' memo): two copies of one value compare equal by pointer.
+    Json(std::sync::Arc<serde_json::Value>),
 }
 
 impl TemplateValue {
@@ -113,23 +114,26 @@ impl TemplateValue {
             TemplateValue::Bool(_) => "bool",
             TemplateValue::Int(_) => "int",
             TemplateValue::None => "None",
-            TemplateValue::Json(serde_json::Value::Number(_)) => "float",
-            TemplateValue::Json(serde_json::Value::Array(_)) => "list",
-            TemplateValue::Json(serde_json::Value::Object(_)) => "dict",
-            TemplateValue::Json(_) => "value",
+            TemplateValue::Json(v) => match **v {
+                serde_json::Value::Number(_) => "float",
+                serde_json::Value::Array(_) => "list",
+                serde_json::Value::Object(_) => "dict",
+                _ => "value",
+            },
         }
     }
 }
 
 impl TemplateValue {
-    /// The value as JSON, as the template sees it.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// The value as JSON, as the template sees it (borrowed where it is JSON already).
+    pub fn to_json(&self) -> std::borrow::Cow<'_, serde_json::Value> {
+        use std::borrow::Cow;
         match self {
-            TemplateValue::Str(s) => serde_json::Value::String(s.clone()),
-            TemplateValue::Bool(b) => serde_json::Value::Bool(*b),
-            TemplateValue::Int(i) => serde_json::Value::from(*i),
-            TemplateValue::None => serde_json::Value::Null,
-            TemplateValue::Json(v) => v.clone(),
+            TemplateValue::Str(s) => Cow::Owned(serde_json::Value::String(s.clone())),
+            TemplateValue::Bool(b) => Cow::Owned(serde_json::Value::Bool(*b)),
+            TemplateValue::Int(i) => Cow::Owned(serde_json::Value::from(*i)),
+            TemplateValue::None => Cow::Owned(serde_json::Value::Null),
+            TemplateValue::Json(v) => Cow::Borrowed(v),
         }
     }
 }

@@ -363,8 +363,8 @@ pub(super) fn mistral_common_options<'o>(
         }
         match (name.as_str(), value) {
             ("tools", crate::message::TemplateValue::None) => {}
-            ("tools", crate::message::TemplateValue::Json(v @ serde_json::Value::Array(_))) => {
-                tools = Some(v)
+            ("tools", crate::message::TemplateValue::Json(v)) if v.is_array() => {
+                tools = Some(&**v)
             }
             ("tools", other) => {
                 return Err(TemplateError::whole(format!(

@@ -285,7 +285,10 @@ mod tests {
         assert!(!uses_tools(&plain, &kwargs));
         kwargs.insert("tools".into(), TemplateValue::None);
         assert!(!uses_tools(&plain, &kwargs), "tools=None is no tools");
-        kwargs.insert("tools".into(), TemplateValue::Json(serde_json::json!([])));
+        kwargs.insert(
+            "tools".into(),
+            TemplateValue::Json(std::sync::Arc::new(serde_json::json!([]))),
+        );
         assert!(uses_tools(&plain, &kwargs));
         let kwargs = TemplateArgs::new();
         assert!(uses_tools(&[Message::new("ipython", "42")], &kwargs));

@@ -364,7 +364,9 @@ pub(super) fn kwargs_from_py(
                     .map_err(|e| TemplateError::whole(format!("template argument {name}: {e}")))?,
             )
         } else {
-            TemplateValue::Json(json_from_py(&value, &name).map_err(TemplateError::whole)?)
+            TemplateValue::Json(std::sync::Arc::new(
+                json_from_py(&value, &name).map_err(TemplateError::whole)?,
+            ))
         };
         args.insert(name, v);
     }

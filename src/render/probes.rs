@@ -154,7 +154,7 @@ fn conversations() -> Vec<(&'static str, Vec<Message>, TemplateArgs)> {
     let mut with_tools = TemplateArgs::new();
     with_tools.insert(
         "tools".into(),
-        TemplateValue::Json(serde_json::json!([tool])),
+        TemplateValue::Json(std::sync::Arc::new(serde_json::json!([tool]))),
     );
     vec![
         plain("one user turn", vec![text("user", "Hello!")]),

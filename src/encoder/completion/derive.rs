@@ -176,7 +176,7 @@ impl Encoder {
         let mut tools = TemplateArgs::new();
         tools.insert(
             "tools".into(),
-            TemplateValue::Json(serde_json::json!([tool])),
+            TemplateValue::Json(std::sync::Arc::new(serde_json::json!([tool]))),
         );
         let weather = serde_json::json!({"role": "user", "content": WEATHER});
         for cities in [&["Paris"][..], &["Paris", "London"]] {
