@@ -29,7 +29,7 @@ use crate::error::{Result, TemplateError};
 use crate::message::Message;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::{Piece, PieceKind, Pieces};
-use crate::render::jinja::RenderMemo;
+use crate::render::jinja::{RenderId, RenderMemo};
 
 /// What an append does when the template changes ids the session already holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,6 +79,9 @@ struct Layout {
     /// `(piece count, ids)`: after the first `piece count` pieces (ending with a template token,
     /// or none), the ids hold exactly `ids` tokens. Increasing; starts with `(0, 0)`.
     boundaries: Vec<(usize, usize)>,
+    /// The render whose text without the generation prompt `text` is, where that render
+    /// resumes (a later one that resumes it knows which of its bytes are this text's).
+    render: Option<RenderId>,
 }
 
 impl Layout {
@@ -340,6 +343,7 @@ fn layout_of(
         pieces: kinds,
         sources,
         boundaries: previous.boundaries[..kept.max(1)].to_vec(),
+        render: None,
     }
 }
 
@@ -486,9 +490,18 @@ impl Session {
                 messages,
                 &self.prompt_options,
                 Some(&self.memo),
-                |without, with, shared, pe, splitter| {
-                    let plan = plan_owned_pieces(&self.layout, without, 0, pe, splitter)?;
-                    Ok((plan, Prompt::Rendered(std::sync::Arc::new(with), shared)))
+                |split, pe, splitter| {
+                    // The bytes the render took from the one this layout holds are not
+                    // compared again.
+                    let known = match split.resumed {
+                        Some((from, known)) if self.layout.render == Some(from) => known,
+                        _ => 0,
+                    };
+                    let mut plan =
+                        plan_owned_pieces(&self.layout, split.without, known, pe, splitter)?;
+                    plan.layout.render = split.id;
+                    let with = std::sync::Arc::new(split.with);
+                    Ok((plan, Prompt::Rendered(with, split.shared)))
                 },
             )
             .ok()

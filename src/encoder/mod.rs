@@ -13,7 +13,7 @@ use crate::mistral_common::MistralCommon;
 use crate::origin::Origin;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::Pieces;
-use crate::render::jinja::{JinjaFormat, JinjaRequest, RenderMemo};
+use crate::render::jinja::{JinjaFormat, JinjaRequest, RenderMemo, SplitPieces};
 use crate::render::native::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::render::probes::{self, ProbeReport};
 use crate::template::ChatTemplate;
@@ -425,21 +425,14 @@ impl Encoder {
 
     /// [`Encoder::with_rendered_pieces`] of `messages` without and with the generation
     /// prompt, from one render where the template allows it (`options` ask for the prompt):
-    /// `f` gets both piece lists and how many leading bytes of the second's text are known
-    /// to be the first's. `None` where it does not (see [`TemplateRoute::with_pieces_split`]):
+    /// `f` gets both piece lists and what is known of their text. `None` where it does not (see [`TemplateRoute::with_pieces_split`]):
     /// render each instead.
     pub(crate) fn with_rendered_pieces_split<R>(
         &self,
         messages: &[Message],
         options: &EncodeOptions,
         memo: Option<&RenderMemo>,
-        f: impl FnOnce(
-            Pieces<'static>,
-            Pieces<'static>,
-            usize,
-            &PieceEncoder<'_>,
-            &TokenSplitter,
-        ) -> Result<R>,
+        f: impl FnOnce(SplitPieces, &PieceEncoder<'_>, &TokenSplitter) -> Result<R>,
     ) -> Result<Option<R>> {
         let Some((t, encoder, mode)) = self.session_route(options, memo) else {
             return Ok(None);
@@ -449,7 +442,7 @@ impl Encoder {
             messages,
             options,
             mode,
-            |without, with, shared| f(without, with, shared, &encoder, &t.token_splitter),
+            |split| f(split, &encoder, &t.token_splitter),
         )
     }
 

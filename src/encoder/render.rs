@@ -283,8 +283,7 @@ impl TemplateRoute {
 impl TemplateRoute {
     /// [`TemplateRoute::with_pieces`] of `messages` without and with the generation prompt,
     /// from one render of the Jinja path (`options` are those with it): `f` gets both piece
-    /// lists and how many leading bytes of the second's text are known to be the first's
-    /// ([`JinjaFormat::pieces_split`]). `None` when one render cannot give both (a native
+    /// lists and what is known of their text ([`JinjaFormat::pieces_split`]). `None` when one render cannot give both (a native
     /// format renders, the template does not split, the render needs provenance, or any
     /// check fails: the caller then renders each, which raises what there is to raise).
     pub(super) fn with_pieces_split<R>(
@@ -293,7 +292,7 @@ impl TemplateRoute {
         messages: &[Message],
         options: &EncodeOptions,
         mode: RenderMode<'_>,
-        f: impl FnOnce(Pieces<'static>, Pieces<'static>, usize) -> Result<R>,
+        f: impl FnOnce(SplitPieces) -> Result<R>,
     ) -> Result<Option<R>> {
         if !options.add_generation_prompt
             || options.continue_final_message
@@ -329,19 +328,26 @@ impl TemplateRoute {
             memo: mode.memo,
         };
         let sanitizer = mode.sanitize.then_some(&self.control_tokens);
-        let Ok(Some((mut without, mut with, shared))) =
-            jinja.pieces_split(messages, &request, sanitizer)
-        else {
+        let Ok(Some(mut split)) = jinja.pieces_split(messages, &request, sanitizer) else {
             return Ok(None);
         };
-        for pieces in [&mut without, &mut with] {
-            if tools::check_nothing_dropped(messages, &pieces.rendered()).is_err()
-                || prepared.finish(pieces).is_err()
-            {
+        // Where the text with the prompt starts with the text without it, one search checks
+        // both.
+        let dropped = if split.shared > 0 {
+            tools::check_nothing_dropped_before(messages, &split.with.rendered(), split.shared)
+        } else {
+            tools::check_nothing_dropped(messages, &split.without.rendered())
+                .and_then(|()| tools::check_nothing_dropped(messages, &split.with.rendered()))
+        };
+        if dropped.is_err() {
+            return Ok(None);
+        }
+        for pieces in [&mut split.without, &mut split.with] {
+            if prepared.finish(pieces).is_err() {
                 return Ok(None);
             }
         }
-        f(without, with, shared).map(Some)
+        f(split).map(Some)
     }
 }
 

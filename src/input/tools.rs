@@ -25,6 +25,20 @@ pub use crate::message::{
 /// `content` is absent). A tool call counts as written when its function name is in the
 /// prompt.
 pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(), TemplateError> {
+    check_nothing_dropped_before(messages, rendered, rendered.len())
+}
+
+/// [`check_nothing_dropped`] of `rendered` and of its first `end` bytes at once (a render with
+/// the generation prompt and the same render without it): passes only where both would,
+/// every text and name being found before `end`, a name as a word in `rendered` (then it is
+/// one in the first `end` bytes too). A name that is a word in each only through different
+/// occurrences fails here; check each alone to tell.
+pub fn check_nothing_dropped_before(
+    messages: &[Message],
+    rendered: &str,
+    end: usize,
+) -> Result<(), TemplateError> {
+    let before = &rendered[..end];
     let needs_check = messages
         .iter()
         .any(|m| m.role == "system" || m.tool_calls.is_some());
@@ -36,7 +50,7 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
     for (i, message) in messages.iter().enumerate() {
         if message.role == "system" {
             let text = message.text().map(crate::pystr::strip).unwrap_or_default();
-            if !text.is_empty() && !rendered.contains(text) {
+            if !text.is_empty() && !before.contains(text) {
                 return Err(TemplateError::at(
                     i,
                     "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
@@ -48,7 +62,7 @@ pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(),
             if found.contains(&n) {
                 return false;
             }
-            let written = contains_word(rendered, n);
+            let written = contains_word(rendered, n, end);
             if written {
                 found.push(n);
             }
@@ -186,11 +200,12 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-/// Whether `word` occurs in `text` with no identifier character (letter, digit, `_`) right
-/// before or after it (`f` is not in `begin_of_text`, it is in `{"name": "f"}`).
-fn contains_word(text: &str, word: &str) -> bool {
+/// Whether `word` occurs in the first `end` bytes of `text` with no identifier character
+/// (letter, digit, `_`) right before or after it in `text` (`f` is not in `begin_of_text`, it
+/// is in `{"name": "f"}`).
+fn contains_word(text: &str, word: &str, end: usize) -> bool {
     let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-    text.match_indices(word).any(|(at, _)| {
+    text[..end].match_indices(word).any(|(at, _)| {
         !is_ident(text[..at].chars().next_back())
             && !is_ident(text[at + word.len()..].chars().next())
     })
@@ -267,8 +282,41 @@ mod tests {
         }
     }
 
+    /// Checking a render and its first bytes at once passes only where checking each passes,
+    /// and does pass where one occurrence of each text and name serves both.
+    #[test]
+    fn checking_a_render_and_its_prefix_at_once() {
+        let mut messages = with_calls(serde_json::json!([{"function": {"name": "get_weather"}}]));
+        messages.insert(0, Message::new("system", "Be brief."));
+        let texts = [
+            "Be brief. {\"name\": \"get_weather\"} then",
+            "Be brief. x get_weather_now",
+            "x get_weather Be brief.",
+            "get_weather Be brief. get_weather",
+        ];
+        let mut passed = 0;
+        for text in texts {
+            for end in (0..=text.len()).filter(|&e| text.is_char_boundary(e)) {
+                let both = check_nothing_dropped(&messages, text).is_ok()
+                    && check_nothing_dropped(&messages, &text[..end]).is_ok();
+                let at_once = check_nothing_dropped_before(&messages, text, end).is_ok();
+                assert!(!at_once || both, "{text:?} before {end}");
+                passed += usize::from(at_once);
+            }
+        }
+        // The name ending right where the prefix ends, an identifier character after it.
+        let cut = "Be brief. x get_weather";
+        assert!(check_nothing_dropped(&messages, cut).is_ok());
+        assert!(check_nothing_dropped_before(&messages, texts[1], cut.len()).is_err());
+        // Both found before the end.
+        assert!(check_nothing_dropped_before(&messages, texts[0], 33).is_ok());
+        assert!(check_nothing_dropped_before(&messages, texts[3], 21).is_ok());
+        assert!(passed > 20, "{passed}");
+    }
+
     #[test]
     fn tool_call_names_are_found_as_words() {
+        let contains_word = |text: &str, word: &str| contains_word(text, word, text.len());
         assert!(!contains_word("<|begin_of_text|>", "f"));
         assert!(contains_word(r#"{"name": "f", "x": 1}"#, "f"));
         assert!(contains_word(

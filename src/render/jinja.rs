@@ -85,7 +85,37 @@ struct MemoState {
 struct KeptLoop {
     messages: Vec<std::sync::Arc<Map<String, Value>>>,
     now: Option<DateTime>,
+    /// The render the state is from.
+    id: RenderId,
     state: crate::template::LoopState,
+}
+
+/// Names one render a [`RenderMemo`] kept, so that a later render can say which text it took
+/// bytes from. Unique in the process (copies of a session share none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderId(u64);
+
+impl RenderId {
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        RenderId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// One render of a conversation as pieces without and with the generation prompt
+/// ([`JinjaFormat::pieces_split`]).
+#[derive(Debug)]
+pub struct SplitPieces {
+    pub without: Pieces<'static>,
+    pub with: Pieces<'static>,
+    /// How many leading bytes of the text of `with` are known to be the text of `without`
+    /// (0 where that is not known).
+    pub shared: usize,
+    /// `(render, bytes)`: the first `bytes` of the text of `without` are known to be those of
+    /// the text of `render` (this render resumed that one, taking them from its kept state).
+    pub resumed: Option<(RenderId, usize)>,
+    /// This render, where its state is kept for the next to resume.
+    pub id: Option<RenderId>,
 }
 
 impl KeptLoop {
@@ -239,17 +269,15 @@ impl JinjaFormat {
     }
 
     /// [`JinjaFormat::pieces`] without provenance of `messages` with and without the
-    /// generation prompt, from one render (`request.add_generation_prompt` is ignored):
-    /// `(without, with, shared)`, where the first `shared` bytes of the text of `with` are
-    /// known to be the text of `without` (0 where that is not known). `None` where the
-    /// template's renders do not split ([`ChatTemplate::render_data_split`]); then render each.
-    #[allow(clippy::type_complexity)]
+    /// generation prompt, from one render (`request.add_generation_prompt` is ignored).
+    /// `None` where the template's renders do not split ([`ChatTemplate::render_data_split`]);
+    /// then render each.
     pub fn pieces_split(
         &self,
         messages: &[Message],
         request: &JinjaRequest<'_>,
         sanitizer: Option<&ControlTokens>,
-    ) -> Result<Option<(Pieces<'static>, Pieces<'static>, usize)>, TemplateError> {
+    ) -> Result<Option<SplitPieces>, TemplateError> {
         if !self.template.splits() {
             return Ok(None);
         }
@@ -261,34 +289,51 @@ impl JinjaFormat {
             self.render_messages_with(messages, &request, sanitizer, false, |t, c, n, state| {
                 let state = match state {
                     Some(state) if t.resumes() => state,
-                    other => return t.render_data_split(c, n, other.map(|s| &mut s.json)),
+                    other => {
+                        let split = t.render_data_split(c, n, other.map(|s| &mut s.json))?;
+                        return Ok(split.map(|(text, at)| (text, at, None, None)));
+                    }
                 };
                 // Keep the loop's state where every message has its dict (recognized by it).
                 let raws: Option<Vec<_>> = messages.iter().map(|m| m.raw.clone()).collect();
                 let kept = state.resume.take().filter(|k| k.extended_by(messages, n));
+                let from = kept.as_ref().map(|k| k.id);
                 let resumed =
                     t.render_data_resume(c, n, Some(&mut state.json), kept.map(|k| k.state))?;
-                Ok(resumed.map(|(text, at, loop_state)| {
-                    state.resume = raws.map(|messages| KeptLoop {
+                Ok(resumed.map(|r| {
+                    let resumption = from.filter(|_| r.known > 0).map(|from| (from, r.known));
+                    let id = raws.is_some().then(RenderId::new);
+                    state.resume = raws.zip(id).map(|(messages, id)| KeptLoop {
                         messages,
                         now: n,
-                        state: loop_state,
+                        id,
+                        state: r.state,
                     });
-                    (text, at)
+                    (r.text, r.at, resumption, id)
                 }))
             })?;
-        let Some((whole, at)) = split else {
+        let Some((whole, at, resumed, id)) = split else {
             return Ok(None);
         };
         // Without provenance, a render's pieces are those of its text alone: where nothing in
         // it is marked, the text itself is the one piece (the render moved, not copied).
         if sanitizer.is_some() && find_marker(&whole).is_some() {
-            let without = split_rendered(&whole[..at], &[], sanitizer)?;
-            let with = split_rendered(&whole, &[], sanitizer)?;
-            return Ok(Some((without, with, 0)));
+            return Ok(Some(SplitPieces {
+                without: split_rendered(&whole[..at], &[], sanitizer)?,
+                with: split_rendered(&whole, &[], sanitizer)?,
+                shared: 0,
+                resumed: None,
+                // The pieces' text is not the render's (the marks are removed).
+                id: None,
+            }));
         }
-        let without = one_piece(whole[..at].to_string());
-        Ok(Some((without, one_piece(whole), at)))
+        Ok(Some(SplitPieces {
+            without: one_piece(whole[..at].to_string()),
+            with: one_piece(whole),
+            shared: at,
+            resumed,
+            id,
+        }))
     }
 
     /// The pieces of a render (`spans`: its aligned provenance spans, `provenance`: whether

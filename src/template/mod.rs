@@ -55,7 +55,7 @@ use minijinja::value::{Object, ObjectRepr, Value};
 use minijinja::{Environment, Error, ErrorKind, State};
 
 pub use self::data::{Data, JsonMemo};
-pub use self::resume::LoopState;
+pub use self::resume::{LoopState, Resumed};
 pub use self::strftime::strftime;
 
 use self::args::{bind, split_args};
@@ -285,8 +285,7 @@ impl ChatTemplate {
 
     /// [`ChatTemplate::render_data_split`], rendering only the message-loop iterations that
     /// `kept` (the state of an earlier render of the same conversation, shorter or as long)
-    /// does not hold, and taking the others' text from it ([`resume`]): `Some((text, at,
-    /// state))`, `state` being what the next render resumes from. `kept` must come from a
+    /// does not hold, and taking the others' text from it ([`resume`]). `kept` must come from a
     /// render of this template whose messages, in the same order, are the first ones of this
     /// context's (the same values), with the same other variables and date-time: the caller
     /// checks that. `None` when the template does not resume or the render holds the marks
@@ -297,7 +296,7 @@ impl ChatTemplate {
         now: Option<DateTime>,
         memo: Option<&mut JsonMemo>,
         kept: Option<LoopState>,
-    ) -> Result<Option<(String, usize, LoopState)>, RenderError> {
+    ) -> Result<Option<Resumed>, RenderError> {
         let Some(proof) = &self.resumes else {
             return Ok(None);
         };
@@ -326,7 +325,7 @@ impl ChatTemplate {
                     proof.lookahead,
                     floor,
                 ) {
-                    Some(r) => return Ok(Some((r.text, r.at, r.state))),
+                    Some(r) => return Ok(Some(r)),
                     // The loop's items moved against the kept ones: render them all.
                     None if skip > 0 => skip = 0,
                     None => return Ok(None),
@@ -977,7 +976,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, t)| (format!("written {i}"), t.to_string())),
         );
-        let (mut resumable, mut compared, mut resumed) = (0, 0, 0);
+        let (mut resumable, mut compared, mut resumed, mut known) = (0, 0, 0, 0);
         for (name, source) in sources {
             let Ok(template) = ChatTemplate::compile(&source) else {
                 assert!(!name.starts_with("written"), "{name}");
@@ -995,6 +994,7 @@ mod tests {
                 let all = conversation.as_array().unwrap();
                 for step in [1, 2] {
                     let mut kept: Option<LoopState> = None;
+                    let mut previous = String::new();
                     let mut n = 1;
                     while n <= all.len() {
                         let messages = serde_json::Value::Array(all[..n].to_vec());
@@ -1023,12 +1023,23 @@ mod tests {
                             kept.take(),
                         );
                         match (full, got) {
-                            (Ok(Some((text, at))), Ok(Some((rtext, rat, state)))) => {
-                                assert_eq!(text, rtext, "{name}: {n} messages (step {step})");
-                                assert_eq!(at, rat, "{name}: {n} messages (step {step})");
+                            (Ok(Some((text, at))), Ok(Some(r))) => {
+                                assert_eq!(text, r.text, "{name}: {n} messages (step {step})");
+                                assert_eq!(at, r.at, "{name}: {n} messages (step {step})");
+                                // The bytes said to be the kept render's are the last text's.
+                                assert!(
+                                    r.known <= r.at
+                                        && (r.known == 0
+                                            || previous.get(..r.known) == r.text.get(..r.known)),
+                                    "{name}: {n} messages (step {step}): {} known",
+                                    r.known
+                                );
+                                assert!(r.known == 0 || resumable, "{name}: known, not resumed");
                                 compared += 1;
                                 resumed += usize::from(resumable);
-                                kept = Some(state);
+                                known += r.known;
+                                kept = Some(r.state);
+                                previous = r.text;
                             }
                             (Err(_), Err(_)) => break,
                             (full, got) => panic!(
@@ -1042,10 +1053,12 @@ mod tests {
                 }
             }
         }
-        eprintln!("{resumable} templates resume ({compared} renders compared, {resumed} resumed)");
+        eprintln!(
+            "{resumable} templates resume ({compared} renders compared, {resumed} resumed, {known} bytes known)"
+        );
         assert!(
-            resumable > 100 && resumed > 1000,
-            "{resumable} resume, {resumed} renders resumed"
+            resumable > 100 && resumed > 1000 && known > 100_000,
+            "{resumable} resume, {resumed} renders resumed, {known} bytes known"
         );
         // Caller text holding a mark: not resumed (the marks are not the template's own).
         let t = ChatTemplate::compile(

@@ -606,11 +606,18 @@ pub struct LoopState {
     pub(super) reusable: usize,
 }
 
-/// A resumable render, marks removed: the whole text, where the generation prompt starts,
-/// and the state for the next render.
-pub(super) struct Resumed {
+/// A resumable render, marks removed.
+#[derive(Debug)]
+pub struct Resumed {
+    /// The whole text.
     pub text: String,
+    /// Where the generation prompt starts in it.
     pub at: usize,
+    /// How many leading bytes of `text` are the kept render's text, taken from it as they
+    /// were (its text before the loop and the skipped iterations; 0 where it was not kept,
+    /// or the text before the loop was rendered anew and differs). At most `at`.
+    pub known: usize,
+    /// What the next render resumes from.
     pub state: LoopState,
 }
 
@@ -728,6 +735,7 @@ pub(super) fn assemble(
         return Some(Resumed {
             at: m.generation,
             text: m.text,
+            known: 0,
             state,
         });
     }
@@ -746,23 +754,24 @@ pub(super) fn assemble(
     );
     starts.extend(m.iterations.iter().map(|&s| s + shift));
     // The text before the loop, then the kept iterations, then the rendered rest.
-    let text = if kept.text[..kept_from] == m.text[..m.loop_start] {
+    let (text, known) = if kept.text[..kept_from] == m.text[..m.loop_start] {
         let mut text = kept.text;
         text.truncate(kept_to);
         text.push_str(&m.text[m.loop_start..]);
-        text
+        (text, kept_to)
     } else {
         let spliced = &kept.text[kept_from..kept_to];
         let mut text = String::with_capacity(m.text.len() + spliced.len());
         text.push_str(&m.text[..m.loop_start]);
         text.push_str(spliced);
         text.push_str(&m.text[m.loop_start..]);
-        text
+        (text, 0)
     };
     let state = state_of(&text[..m.loop_end + shift], starts);
     Some(Resumed {
         at: m.generation + shift,
         text,
+        known,
         state,
     })
 }
