@@ -50,7 +50,9 @@ pub fn check_nothing_dropped_before(
     for (i, message) in messages.iter().enumerate() {
         if message.role == "system" {
             let text = message.text().map(crate::pystr::strip).unwrap_or_default();
-            if !text.is_empty() && !before.contains(text) {
+            if !text.is_empty()
+                && memchr::memmem::find(before.as_bytes(), text.as_bytes()).is_none()
+            {
                 return Err(TemplateError::at(
                     i,
                     "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
@@ -205,7 +207,7 @@ fn json_type(value: &Value) -> &'static str {
 /// is in `{"name": "f"}`).
 fn contains_word(text: &str, word: &str, end: usize) -> bool {
     let is_ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-    text[..end].match_indices(word).any(|(at, _)| {
+    memchr::memmem::find_iter(&text.as_bytes()[..end], word).any(|at| {
         !is_ident(text[..at].chars().next_back())
             && !is_ident(text[at + word.len()..].chars().next())
     })
