@@ -249,6 +249,34 @@ def test_errors_name_the_message_in_the_whole_conversation() -> None:
         empty.generation_prompt()
 
 
+@pytest.mark.parametrize("model_name", ["qwen2.5-7b-instruct", "llama-3.1-8b-instruct"])
+def test_malformed_tool_calls_appended_later_are_refused(model_name: str) -> None:
+    """A session checks the tool calls of the messages it has not seen (those it has were
+    checked when appended, and its render memo recognizes them): a malformed call appended
+    after well-formed ones is refused naming its index, the session unchanged, and a
+    well-formed append still works after it."""
+    enc = support.load_model(model_name).enc
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+
+    def call(arguments: Any) -> dict[str, Any]:
+        return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": arguments}}]}
+
+    kw = {"date_string": "26 Jul 2024"} if enc.format.startswith("llama-3.") else {}
+    session = enc.session([{"role": "user", "content": "weather?"}], tools=tools, **kw)
+    session.append([call({"city": "Paris"}), {"role": "tool", "content": "18 C"}])
+    session.generation_prompt()
+    n, count = len(session), len(session.messages)
+    for arguments, problem in [("{not json", "is not valid JSON"), (5, "must be a dict or a JSON string")]:
+        with pytest.raises(chatids.ChatTemplateError, match=rf"^message {count + 1}: tool_calls\[0\]\.function\.arguments {problem}"):
+            session.append([{"role": "user", "content": "and London?"}, call(arguments)])
+        assert len(session) == n and len(session.messages) == count
+    good = [{"role": "user", "content": "and London?"}, call('{"city": "London"}'), {"role": "tool", "content": "12 C"}]
+    session.append(good)
+    messages = session.messages
+    expected = enc.encode(messages, add_generation_prompt=True, tools=tools, **kw)
+    assert session.generation_prompt().tolist() == expected.tolist()
+
+
 def test_generation_prompt_does_not_change_the_session() -> None:
     model = support.load_model("qwen2.5-7b-instruct")
     enc = model.enc

@@ -271,7 +271,8 @@ impl TemplateRoute {
         f: impl FnOnce(&Pieces<'_>) -> Result<R>,
     ) -> Result<R> {
         let kwargs = self.check_args(&options.kwargs, policy)?;
-        let prepared = input::prepare(messages, options, kwargs)?;
+        let checked = mode.memo.map_or(0, |memo| memo.converted_prefix(messages));
+        let prepared = input::prepare(messages, options, kwargs, checked)?;
         let mut pieces = self
             .render_pieces(&prepared.messages, &prepared.options, mode)
             .map_err(|e| prepared.error(e))?;
@@ -304,7 +305,8 @@ impl TemplateRoute {
         let Ok(kwargs) = self.check_args(&options.kwargs, policy) else {
             return Ok(None);
         };
-        let Ok(prepared) = input::prepare(messages, options, kwargs) else {
+        let checked = mode.memo.map_or(0, |memo| memo.converted_prefix(messages));
+        let Ok(prepared) = input::prepare(messages, options, kwargs, checked) else {
             return Ok(None);
         };
         let (messages, options) = (&prepared.messages[..], &*prepared.options);

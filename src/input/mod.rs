@@ -77,11 +77,14 @@ pub struct Prepared<'m> {
 /// Prepare `messages` for the renderer: check tool calls, tag the final message for
 /// `continue_final_message`, merge consecutive messages with `merge_consecutive`.
 /// `kwargs`, when given, replaces the template arguments of `options` (what remains after
-/// the template-argument rule left some out).
+/// the template-argument rule left some out). The tool calls of the first `checked` messages
+/// are known to pass the check (a session's render memo recognizes them: see
+/// [`crate::render::jinja::RenderMemo::converted_prefix`]).
 pub fn prepare<'m>(
     messages: &'m [Message],
     options: &'m EncodeOptions,
     kwargs: Option<TemplateArgs>,
+    checked: usize,
 ) -> Result<Prepared<'m>, TemplateError> {
     let mut prepared = Prepared {
         messages: Cow::Borrowed(messages),
@@ -92,7 +95,7 @@ pub fn prepare<'m>(
     if let Some(kwargs) = kwargs {
         prepared.options.to_mut().kwargs = kwargs;
     }
-    tools::check_tool_calls(messages, tools::ArgumentsCheck::DictOrJson)?;
+    tools::check_tool_calls_from(messages, checked, tools::ArgumentsCheck::DictOrJson)?;
     if options.continue_final_message {
         if options.add_generation_prompt {
             return Err(TemplateError::whole(

@@ -105,7 +105,17 @@ pub fn check_tool_calls(
     messages: &[Message],
     arguments: ArgumentsCheck,
 ) -> Result<(), TemplateError> {
-    for (i, message) in messages.iter().enumerate() {
+    check_tool_calls_from(messages, 0, arguments)
+}
+
+/// [`check_tool_calls`] of the messages from index `from` on (the ones before are known to
+/// pass it).
+pub fn check_tool_calls_from(
+    messages: &[Message],
+    from: usize,
+    arguments: ArgumentsCheck,
+) -> Result<(), TemplateError> {
+    for (i, message) in messages.iter().enumerate().skip(from) {
         let Some(raw) = message.raw.as_deref() else {
             continue;
         };

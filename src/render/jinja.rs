@@ -132,6 +132,24 @@ impl KeptLoop {
     }
 }
 
+impl RenderMemo {
+    /// How many leading `messages` this memo converted from their very dicts (the same
+    /// shared maps, by pointer). Only a render prepared with the tool-call check
+    /// ([`crate::input::prepare`]) converts into a memo, and a dict is never modified, so
+    /// these messages' tool calls are known to pass that check.
+    pub fn converted_prefix(&self, messages: &[Message]) -> usize {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        messages
+            .iter()
+            .zip(&state.messages)
+            .take_while(|(m, kept)| match (&m.raw, kept) {
+                (Some(raw), Some((dict, _))) => std::sync::Arc::ptr_eq(raw, dict),
+                _ => false,
+            })
+            .count()
+    }
+}
+
 impl Clone for RenderMemo {
     /// A fresh memo: a copy of a session starts converting anew (the values would be
     /// shareable, but a memo is a cache, not state).
