@@ -425,8 +425,8 @@ impl Encoder {
 
     /// [`Encoder::with_rendered_pieces`] of `messages` without and with the generation
     /// prompt, from one render where the template allows it (`options` ask for the prompt):
-    /// `f` gets both piece lists and what is known of their text. `None` where it does not (see [`TemplateRoute::with_pieces_split`]):
-    /// render each instead.
+    /// `f` gets both piece lists and what is known of their text. `None` where it does not
+    /// (see [`TemplateRoute::with_pieces_split`]): render each instead.
     pub(crate) fn with_rendered_pieces_split<R>(
         &self,
         messages: &[Message],

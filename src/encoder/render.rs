@@ -284,9 +284,10 @@ impl TemplateRoute {
 impl TemplateRoute {
     /// [`TemplateRoute::with_pieces`] of `messages` without and with the generation prompt,
     /// from one render of the Jinja path (`options` are those with it): `f` gets both piece
-    /// lists and what is known of their text ([`JinjaFormat::pieces_split`]). `None` when one render cannot give both (a native
-    /// format renders, the template does not split, the render needs provenance, or any
-    /// check fails: the caller then renders each, which raises what there is to raise).
+    /// lists and what is known of their text ([`JinjaFormat::pieces_split`]). `None` when one
+    /// render cannot give both (a native format renders, the template does not split, the
+    /// render needs provenance, or any check fails: the caller then renders each, which
+    /// raises what there is to raise).
     pub(super) fn with_pieces_split<R>(
         &self,
         policy: ArgsPolicy,
