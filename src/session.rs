@@ -29,7 +29,8 @@ use crate::error::{Result, TemplateError};
 use crate::message::Message;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::{Piece, PieceKind, Pieces};
-use crate::render::jinja::{RenderId, RenderMemo};
+use crate::render::jinja::{one_piece, RenderId, RenderMemo, SplitText};
+use std::sync::Arc;
 
 /// What an append does when the template changes ids the session already holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,11 +65,48 @@ pub struct Appended {
     pub start: usize,
 }
 
+/// A layout's text: the first `len` bytes of a buffer, which a render without the generation
+/// prompt can share with the same render with it ([`SplitText::Whole`]: one text, not a copy
+/// for each).
+#[derive(Debug, Clone, Default)]
+struct SharedText {
+    buf: Arc<String>,
+    len: usize,
+}
+
+impl SharedText {
+    fn new(buf: Arc<String>, len: usize) -> Self {
+        assert!(
+            buf.is_char_boundary(len),
+            "a shared text ends inside a character"
+        );
+        SharedText { buf, len }
+    }
+}
+
+impl From<String> for SharedText {
+    fn from(text: String) -> Self {
+        let len = text.len();
+        SharedText {
+            buf: Arc::new(text),
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for SharedText {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.buf[..self.len]
+    }
+}
+
 /// A rendered prompt and how its ids line up with it.
 #[derive(Debug, Clone, Default)]
 struct Layout {
     /// The rendered text.
-    text: String,
+    text: SharedText,
     /// Per piece: its kind and the end of its text in `text`.
     pieces: Vec<(PieceKind, usize)>,
     /// Per rendered piece before the split at boundary tokens: its kind and the end of its
@@ -268,7 +306,7 @@ fn plan_pieces(
     splitter: &TokenSplitter,
 ) -> Result<Plan> {
     let plan = plan_without_text(previous, pieces.as_slice(), 0, pe, splitter)?;
-    Ok(plan.with_text(pieces.render()))
+    Ok(plan.with_text(pieces.render().into()))
 }
 
 /// [`plan_pieces`], keeping the text of `pieces` in the layout without copying it where one
@@ -282,7 +320,27 @@ fn plan_owned_pieces(
     splitter: &TokenSplitter,
 ) -> Result<Plan> {
     let plan = plan_without_text(previous, pieces.as_slice(), known, pe, splitter)?;
-    Ok(plan.with_text(pieces.into_rendered()))
+    Ok(plan.with_text(pieces.into_rendered().into()))
+}
+
+/// [`plan_owned_pieces`] of the one piece that is the first `len` bytes of `text`, which the
+/// layout then shares.
+fn plan_shared_text(
+    previous: &Layout,
+    text: Arc<String>,
+    len: usize,
+    known: usize,
+    pe: &PieceEncoder<'_>,
+    splitter: &TokenSplitter,
+) -> Result<Plan> {
+    let plan = plan_without_text(
+        previous,
+        one_piece(&text[..len]).as_slice(),
+        known,
+        pe,
+        splitter,
+    )?;
+    Ok(plan.with_text(SharedText::new(text, len)))
 }
 
 /// A [`Plan`] but for its layout's text, which the caller has.
@@ -294,7 +352,7 @@ struct PlanWithoutText {
 
 impl PlanWithoutText {
     /// The plan, `text` being the rendered pieces it was made from.
-    fn with_text(self, text: String) -> Plan {
+    fn with_text(self, text: SharedText) -> Plan {
         debug_assert_eq!(text.len(), self.layout.pieces.last().map_or(0, |p| p.1));
         Plan {
             keep: self.keep,
@@ -317,7 +375,7 @@ fn plan_without_text(
     let (pieces, sources, reused) = split_against(previous, pieces, known, splitter);
     let shared = previous.shared_pieces(&pieces, reused);
     let (from, keep) = previous.boundary_within(shared);
-    let mut layout = layout_of(String::new(), &pieces, sources, previous, from);
+    let mut layout = layout_of(SharedText::default(), &pieces, sources, previous, from);
     let tail = encode_tail(pe, &pieces, from, keep, &mut layout)?;
     Ok(PlanWithoutText { keep, tail, layout })
 }
@@ -325,7 +383,7 @@ fn plan_without_text(
 /// The layout of `slice` (split from `sources`; `text` is their text, concatenated) with the
 /// boundaries of `previous` up to piece `shared`.
 fn layout_of(
-    text: String,
+    text: SharedText,
     slice: &[Piece<'_>],
     sources: Vec<(PieceKind, usize)>,
     previous: &Layout,
@@ -354,10 +412,18 @@ fn layout_of(
 /// one). Cleared by every change of the session.
 #[derive(Clone)]
 enum Prompt {
-    Planned(std::sync::Arc<Plan>),
-    /// The pieces, and how many leading bytes of their text are the session layout's text
-    /// (the layout is the render without the prompt, these pieces the same render with it).
-    Rendered(std::sync::Arc<Pieces<'static>>, usize),
+    Planned(Arc<Plan>),
+    /// The pieces of the render whose text without the prompt the session's layout is.
+    Rendered(RenderedPrompt),
+}
+
+/// The pieces of [`Prompt::Rendered`].
+#[derive(Clone)]
+enum RenderedPrompt {
+    /// One piece of template text, which the layout's text begins: the first `at` bytes of
+    /// the buffer the layout shares ([`SplitText::Whole`]).
+    Whole(Arc<String>, usize),
+    Pieces(Arc<Pieces<'static>>),
 }
 
 #[derive(Default)]
@@ -497,11 +563,18 @@ impl Session {
                         Some((from, known)) if self.layout.render == Some(from) => known,
                         _ => 0,
                     };
-                    let mut plan =
-                        plan_owned_pieces(&self.layout, split.without, known, pe, splitter)?;
+                    let (mut plan, prompt) = match split.text {
+                        SplitText::Whole { text, at } => (
+                            plan_shared_text(&self.layout, text.clone(), at, known, pe, splitter)?,
+                            RenderedPrompt::Whole(text, at),
+                        ),
+                        SplitText::Pieces { without, with } => (
+                            plan_owned_pieces(&self.layout, without, known, pe, splitter)?,
+                            RenderedPrompt::Pieces(Arc::new(with)),
+                        ),
+                    };
                     plan.layout.render = split.id;
-                    let with = std::sync::Arc::new(split.with);
-                    Ok((plan, Prompt::Rendered(with, split.shared)))
+                    Ok((plan, Prompt::Rendered(prompt)))
                 },
             )
             .ok()
@@ -510,23 +583,30 @@ impl Session {
 
     /// The plan of the generation prompt for the messages as they are (kept until the
     /// session changes): planned from the pieces the last append rendered, or rendered now.
-    fn prompt_plan(&self, encoder: &Encoder) -> Result<std::sync::Arc<Plan>> {
+    fn prompt_plan(&self, encoder: &Encoder) -> Result<Arc<Plan>> {
         let planned = match self.prompt.get() {
             Some(Prompt::Planned(plan)) => return Ok(plan),
-            Some(Prompt::Rendered(pieces, shared)) => {
-                // The plan replaces the pieces, so they are ours to keep in its layout (cloned
-                // only if another thread is planning them too).
+            Some(Prompt::Rendered(rendered)) => {
                 self.prompt.set(None);
-                let pieces = std::sync::Arc::try_unwrap(pieces).unwrap_or_else(|p| (*p).clone());
                 encoder
-                    .with_piece_encoder(&self.prompt_options, |pe, splitter| {
-                        plan_owned_pieces(&self.layout, pieces, shared, pe, splitter)
+                    .with_piece_encoder(&self.prompt_options, |pe, splitter| match rendered {
+                        // The layout's text is the first `at` bytes of this one.
+                        RenderedPrompt::Whole(text, at) => {
+                            let len = text.len();
+                            plan_shared_text(&self.layout, text, len, at, pe, splitter)
+                        }
+                        // The plan replaces the pieces, so they are ours to keep in its layout
+                        // (cloned only if another thread is planning them too).
+                        RenderedPrompt::Pieces(pieces) => {
+                            let pieces = Arc::try_unwrap(pieces).unwrap_or_else(|p| (*p).clone());
+                            plan_owned_pieces(&self.layout, pieces, 0, pe, splitter)
+                        }
                     })
                     .transpose()?
             }
             None => None,
         };
-        let plan = std::sync::Arc::new(match planned {
+        let plan = Arc::new(match planned {
             Some(plan) => plan,
             None => self.plan(encoder, &self.messages, true)?,
         });
@@ -675,7 +755,7 @@ impl Session {
                 };
                 ids.push(id);
             }
-            let mut layout = layout_of(pieces.render(), slice, sources, prompt_layout, from);
+            let mut layout = layout_of(pieces.render().into(), slice, sources, prompt_layout, from);
             layout.boundaries.push((end + 1, ids.len()));
             let after = encode_tail(pe, slice, end + 1, ids.len(), &mut layout)?;
             ids.extend(after);
@@ -795,8 +875,8 @@ mod tests {
             boundaries: vec![(0, 0)],
             ..Layout::default()
         };
-        let layout = layout_of(a.render(), a.as_slice(), Vec::new(), &base, 0);
-        assert_eq!(layout.text, "user: hi<eot>\n");
+        let layout = layout_of(a.render().into(), a.as_slice(), Vec::new(), &base, 0);
+        assert_eq!(&*layout.text, "user: hi<eot>\n");
         let mut b = Pieces::new();
         b.text("user: ");
         b.content("hi");
@@ -894,7 +974,7 @@ mod tests {
             let (old_split, sources, reused) = split_against(&base, old.as_slice(), 0, &splitter);
             assert_eq!(reused, 0);
             assert_eq!(old_split, splitter.split(old.as_slice()));
-            let layout = layout_of(old.render(), &old_split, sources, &base, 0);
+            let layout = layout_of(old.render().into(), &old_split, sources, &base, 0);
             // Change it: extend the last text, append pieces, change or cut one anywhere.
             let i = next(texts.len());
             match next(4) {

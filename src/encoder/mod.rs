@@ -13,7 +13,7 @@ use crate::mistral_common::MistralCommon;
 use crate::origin::Origin;
 use crate::piece_encoder::{EncodedChat, PieceEncoder, Tracking};
 use crate::pieces::Pieces;
-use crate::render::jinja::{JinjaFormat, JinjaRequest, RenderMemo, SplitPieces};
+use crate::render::jinja::{JinjaFormat, JinjaRequest, RenderMemo, SplitPieces, SplitText};
 use crate::render::native::{self, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
 use crate::render::probes::{self, ProbeReport};
 use crate::template::ChatTemplate;

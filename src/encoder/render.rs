@@ -334,21 +334,22 @@ impl TemplateRoute {
         let Ok(Some(mut split)) = jinja.pieces_split(messages, &request, sanitizer) else {
             return Ok(None);
         };
-        // Where the text with the prompt starts with the text without it, one search checks
-        // both.
-        let dropped = if split.shared > 0 {
-            tools::check_nothing_dropped_before(messages, &split.with.rendered(), split.shared)
-        } else {
-            tools::check_nothing_dropped(messages, &split.without.rendered())
-                .and_then(|()| tools::check_nothing_dropped(messages, &split.with.rendered()))
-        };
-        if dropped.is_err() {
-            return Ok(None);
-        }
-        for pieces in [&mut split.without, &mut split.with] {
-            if prepared.finish(pieces).is_err() {
-                return Ok(None);
+        let finished = match &mut split.text {
+            // One text: one search checks both renders. Its one piece is template text of no
+            // message, which finishing leaves as it is unless it cuts the text.
+            SplitText::Whole { text, at } => {
+                tools::check_nothing_dropped_before(messages, text, *at).is_ok()
+                    && !prepared.cuts_text()
             }
+            SplitText::Pieces { without, with } => {
+                tools::check_nothing_dropped(messages, &without.rendered()).is_ok()
+                    && tools::check_nothing_dropped(messages, &with.rendered()).is_ok()
+                    && prepared.finish(without).is_ok()
+                    && prepared.finish(with).is_ok()
+            }
+        };
+        if !finished {
+            return Ok(None);
         }
         f(split).map(Some)
     }

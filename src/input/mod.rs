@@ -125,6 +125,12 @@ impl Prepared<'_> {
         }
     }
 
+    /// Whether [`Prepared::finish`] may change text with no message (it cuts the prompt at
+    /// the final message for `continue_final_message`; renumbering changes only tags).
+    pub fn cuts_text(&self) -> bool {
+        self.continued.is_some()
+    }
+
     /// Undo preparation on the rendered pieces: message indices are the caller's again, and a
     /// continued message ends the prompt.
     pub fn finish(&self, pieces: &mut Pieces<'_>) -> Result<(), TemplateError> {

@@ -18,6 +18,8 @@
 //!   text before its content (`<|im_start|>assistant\n`), or from the content if there is
 //!   none, through the first stop token after it (`<|im_end|>`), or the content's end.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::checkpoint::Checkpoint;
@@ -106,16 +108,31 @@ impl RenderId {
 /// ([`JinjaFormat::pieces_split`]).
 #[derive(Debug)]
 pub struct SplitPieces {
-    pub without: Pieces<'static>,
-    pub with: Pieces<'static>,
-    /// How many leading bytes of the text of `with` are known to be the text of `without`
-    /// (0 where that is not known).
-    pub shared: usize,
-    /// `(render, bytes)`: the first `bytes` of the text of `without` are known to be those of
-    /// the text of `render` (this render resumed that one, taking them from its kept state).
+    /// The two renders' pieces, or their one text.
+    pub text: SplitText,
+    /// `(render, bytes)`: the first `bytes` of the text without the prompt are known to be
+    /// those of the text of `render` (this render resumed that one, taking them from its kept
+    /// state).
     pub resumed: Option<(RenderId, usize)>,
     /// This render, where its state is kept for the next to resume.
     pub id: Option<RenderId>,
+}
+
+/// The pieces of [`SplitPieces`].
+#[derive(Debug)]
+pub enum SplitText {
+    /// Nothing in the render is marked, so each render's pieces are its text alone, as one
+    /// piece of template text with no message: the text with the prompt, the text without it
+    /// being its first `at` bytes (one buffer for both, not a copy).
+    Whole {
+        text: std::sync::Arc<String>,
+        at: usize,
+    },
+    /// The pieces of each (marked caller text split them).
+    Pieces {
+        without: Pieces<'static>,
+        with: Pieces<'static>,
+    },
 }
 
 impl KeptLoop {
@@ -337,18 +354,20 @@ impl JinjaFormat {
         // it is marked, the text itself is the one piece (the render moved, not copied).
         if sanitizer.is_some() && find_marker(&whole).is_some() {
             return Ok(Some(SplitPieces {
-                without: split_rendered(&whole[..at], &[], sanitizer)?,
-                with: split_rendered(&whole, &[], sanitizer)?,
-                shared: 0,
+                text: SplitText::Pieces {
+                    without: split_rendered(&whole[..at], &[], sanitizer)?,
+                    with: split_rendered(&whole, &[], sanitizer)?,
+                },
                 resumed: None,
                 // The pieces' text is not the render's (the marks are removed).
                 id: None,
             }));
         }
         Ok(Some(SplitPieces {
-            without: one_piece(whole[..at].to_string()),
-            with: one_piece(whole),
-            shared: at,
+            text: SplitText::Whole {
+                text: std::sync::Arc::new(whole),
+                at,
+            },
             resumed,
             id,
         }))
@@ -974,8 +993,9 @@ pub fn split_rendered(
 }
 
 /// Rendered text as its one piece: what [`split_rendered`] gives without spans where nothing
-/// in the text is marked (or nothing is sanitized), without copying the text.
-fn one_piece(rendered: String) -> Pieces<'static> {
+/// in the text is marked (or nothing is sanitized), without copying the text (the pieces of
+/// [`SplitText::Whole`]).
+pub fn one_piece<'a>(rendered: impl Into<Cow<'a, str>>) -> Pieces<'a> {
     let mut pieces = Pieces::new();
     pieces.text(rendered);
     pieces
