@@ -338,7 +338,7 @@ impl TemplateRoute {
             // One text: one search checks both renders. Its one piece is template text of no
             // message, which finishing leaves as it is unless it cuts the text.
             SplitText::Whole { text, at } => {
-                tools::check_nothing_dropped_before(messages, text, *at).is_ok()
+                tools::check_nothing_dropped_before(messages, text, *at, mode.memo).is_ok()
                     && !prepared.cuts_text()
             }
             SplitText::Pieces { without, with } => {

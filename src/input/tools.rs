@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::error::{Refusal, TemplateError};
 use crate::message::Message;
+use crate::render::jinja::RenderMemo;
 
 pub use crate::message::{
     is_tool_message, uses_tools, TOOL_ARGUMENTS, TOOL_CALL_STOP_TOKENS, TOOL_RESULT_ROLES,
@@ -25,18 +26,20 @@ pub use crate::message::{
 /// `content` is absent). A tool call counts as written when its function name is in the
 /// prompt.
 pub fn check_nothing_dropped(messages: &[Message], rendered: &str) -> Result<(), TemplateError> {
-    check_nothing_dropped_before(messages, rendered, rendered.len())
+    check_nothing_dropped_before(messages, rendered, rendered.len(), None)
 }
 
 /// [`check_nothing_dropped`] of `rendered` and of its first `end` bytes at once (a render with
 /// the generation prompt and the same render without it): passes only where both would,
 /// every text and name being found before `end`, a name as a word in `rendered` (then it is
 /// one in the first `end` bytes too). A name that is a word in each only through different
-/// occurrences fails here; check each alone to tell.
+/// occurrences fails here; check each alone to tell. `memo`, a session's, keeps the searchers
+/// of the system texts for its next renders.
 pub fn check_nothing_dropped_before(
     messages: &[Message],
     rendered: &str,
     end: usize,
+    memo: Option<&RenderMemo>,
 ) -> Result<(), TemplateError> {
     let before = &rendered[..end];
     let needs_check = messages
@@ -50,9 +53,11 @@ pub fn check_nothing_dropped_before(
     for (i, message) in messages.iter().enumerate() {
         if message.role == "system" {
             let text = message.text().map(crate::pystr::strip).unwrap_or_default();
-            if !text.is_empty()
-                && memchr::memmem::find(before.as_bytes(), text.as_bytes()).is_none()
-            {
+            let found = |(haystack, needle): (&[u8], &[u8])| match memo {
+                Some(memo) => memo.contains(haystack, needle),
+                None => memchr::memmem::find(haystack, needle).is_some(),
+            };
+            if !text.is_empty() && !found((before.as_bytes(), text.as_bytes())) {
                 return Err(TemplateError::at(
                     i,
                     "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",
@@ -307,22 +312,30 @@ mod tests {
             "get_weather Be brief. get_weather",
         ];
         let mut passed = 0;
+        let memo = RenderMemo::default();
         for text in texts {
             for end in (0..=text.len()).filter(|&e| text.is_char_boundary(e)) {
                 let both = check_nothing_dropped(&messages, text).is_ok()
                     && check_nothing_dropped(&messages, &text[..end]).is_ok();
-                let at_once = check_nothing_dropped_before(&messages, text, end).is_ok();
+                let at_once = check_nothing_dropped_before(&messages, text, end, None).is_ok();
                 assert!(!at_once || both, "{text:?} before {end}");
+                // A session's kept searchers find what a new one does.
+                let kept = check_nothing_dropped_before(&messages, text, end, Some(&memo));
+                assert_eq!(
+                    kept.is_ok(),
+                    at_once,
+                    "{text:?} before {end}, searchers kept"
+                );
                 passed += usize::from(at_once);
             }
         }
         // The name ending right where the prefix ends, an identifier character after it.
         let cut = "Be brief. x get_weather";
         assert!(check_nothing_dropped(&messages, cut).is_ok());
-        assert!(check_nothing_dropped_before(&messages, texts[1], cut.len()).is_err());
+        assert!(check_nothing_dropped_before(&messages, texts[1], cut.len(), None).is_err());
         // Both found before the end.
-        assert!(check_nothing_dropped_before(&messages, texts[0], 33).is_ok());
-        assert!(check_nothing_dropped_before(&messages, texts[3], 21).is_ok());
+        assert!(check_nothing_dropped_before(&messages, texts[0], 33, None).is_ok());
+        assert!(check_nothing_dropped_before(&messages, texts[3], 21, None).is_ok());
         assert!(passed > 20, "{passed}");
     }
 

@@ -63,7 +63,12 @@ pub struct JinjaRequest<'a> {
 #[derive(Debug, Default)]
 pub struct RenderMemo {
     state: std::sync::Mutex<MemoState>,
+    /// Searchers for the texts [`RenderMemo::contains`] looked for last, the most recent last.
+    searchers: std::sync::Mutex<Vec<memchr::memmem::Finder<'static>>>,
 }
+
+/// How many texts' searchers a [`RenderMemo`] keeps.
+const SEARCHERS: usize = 4;
 
 /// A message's dict and its converted value.
 type KeptMessage = (std::sync::Arc<Map<String, Value>>, Data);
@@ -164,6 +169,24 @@ impl RenderMemo {
                 _ => false,
             })
             .count()
+    }
+
+    /// Whether `haystack` contains `needle`, searched with a searcher built once per needle
+    /// (a session looks for the same system prompt in every render: building the searcher
+    /// of a long text costs about what a search does).
+    pub fn contains(&self, haystack: &[u8], needle: &[u8]) -> bool {
+        let mut searchers = self.searchers.lock().unwrap_or_else(|e| e.into_inner());
+        let at = match searchers.iter().position(|f| f.needle() == needle) {
+            Some(at) => at,
+            None => {
+                if searchers.len() == SEARCHERS {
+                    searchers.remove(0);
+                }
+                searchers.push(memchr::memmem::Finder::new(needle).into_owned());
+                searchers.len() - 1
+            }
+        };
+        searchers[at].find(haystack).is_some()
     }
 }
 
