@@ -4,8 +4,10 @@ one full encode, and a way to profile it.
 Builds the same ``Serving`` case (the conversation, the tools, the 21 prompts checked against
 ``apply_chat_template``), then times ``loop_session`` (a session: ``append`` and
 ``generation_prompt`` per step), ``full_encode`` (one ``encode`` of the final conversation, the
-yardstick of the issue-23 target) and ``loop_reencode`` (``encode`` of every prompt), medians of
-``--rounds`` runs each, ``--repeats`` times.
+yardstick of the issue-23 target) and ``loop_reencode`` (``encode`` of every prompt), run one
+after another in each of ``--rounds`` rounds, their medians, ``--repeats`` times. ``--clock cpu`` times the process's CPU time
+(``time.process_time``) instead of the wall clock: on a shared machine, time the process spent
+waiting for a core does not count.
 
 ``--appends-only`` also times the session's appends without a generation prompt after each
 (a session that only grows).
@@ -52,13 +54,16 @@ def corpus() -> list[list[dict]]:
     return convs
 
 
-def median_seconds(fn: Callable[[], None], rounds: int) -> float:
-    times = []
+def timed_rounds(fns: list[Callable[[], None]], rounds: int, clock: Callable[[], float]) -> list[float]:
+    """Median seconds of each of ``fns``, run one after another in each round (interleaved, so
+    that a slow stretch of the machine weighs on all of them alike)."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[rounds // 2]
+        for fn, own in zip(fns, times):
+            start = clock()
+            fn()
+            own.append(clock() - start)
+    return [sorted(t)[rounds // 2] for t in times]
 
 
 def main() -> None:
@@ -69,7 +74,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--appends-only", action="store_true", help="also time appends without prompts")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall: time.perf_counter; cpu: time.process_time (the process's CPU time only)",
+    )
     args = parser.parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     case = serving.Serving(args.model, corpus(), not args.no_tools)
     print(f"{case.label}: format {case.enc.format}, {case.tokens} tokens in the last prompt", flush=True)
     if args.profile:
@@ -84,11 +96,12 @@ def main() -> None:
             session.append(msgs[2 + 2 * step : 4 + 2 * step])
 
     for _ in range(args.repeats):
+        fns = [case.loop_session, case.full_encode, case.loop_reencode]
         if args.appends_only:
-            print(f"appends without prompts {median_seconds(appends, args.rounds) * 1e3:.2f} ms", flush=True)
-        loop = median_seconds(case.loop_session, args.rounds)
-        full = median_seconds(case.full_encode, args.rounds)
-        again = median_seconds(case.loop_reencode, args.rounds)
+            fns.append(appends)
+        loop, full, again, *only = timed_rounds(fns, args.rounds, clock)
+        if only:
+            print(f"appends without prompts {only[0] * 1e3:.2f} ms", flush=True)
         print(
             f"session loop {loop * 1e3:.2f} ms, full encode {full * 1e3:.2f} ms: {loop / full:.2f}x; "
             f"re-encoding every prompt {again * 1e3:.2f} ms: {again / full:.2f}x",
