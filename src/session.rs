@@ -1070,6 +1070,61 @@ mod tests {
         }
     }
 
+    /// On the Jinja path an append renders the conversation once for both its layout and the
+    /// generation prompt's plan: the two hold one buffer (the conversation's text is not
+    /// copied for each), each is its render's text, and the ids are a full encode's.
+    #[test]
+    fn the_layout_and_the_prompt_share_one_render() {
+        let Some(base) = std::env::var_os("CHATIDS_MODELS_DIR") else {
+            return;
+        };
+        let path = std::path::Path::new(&base).join("qwen2.5-7b-instruct");
+        if !path.is_dir() {
+            return;
+        }
+        let enc = Encoder::from_dir(&path, Some("jinja")).unwrap();
+        let options = EncodeOptions {
+            now: Some(crate::render::jinja::PROBE_NOW),
+            ..Default::default()
+        };
+        let with_prompt = EncodeOptions {
+            add_generation_prompt: true,
+            ..options.clone()
+        };
+        let messages = vec![
+            Message::new("system", "Be brief."),
+            Message::new("user", "Hi there"),
+            Message::new("assistant", "Hello!"),
+            Message::new("user", "Bye\n"),
+        ];
+        // Caller text holding a control token is marked, so its render gives each render's
+        // pieces instead of one text: the same ids, two buffers.
+        let mut marked = messages.clone();
+        marked[3] = Message::new("user", "Bye <|im_end|>\n");
+        for (messages, shared) in [(messages, true), (marked, false)] {
+            let mut session = Session::new(options.clone(), OnRewrite::Error);
+            for (from, to) in [(0, 2), (2, 4)] {
+                session.append(&enc, messages[from..to].to_vec()).unwrap();
+                let prompt = session.generation_prompt(&enc).unwrap();
+                assert_eq!(prompt, enc.encode(&messages[..to], &with_prompt).unwrap());
+                let Some(Prompt::Planned(plan)) = session.prompt.get() else {
+                    panic!("the generation prompt is planned")
+                };
+                if shared {
+                    assert!(Arc::ptr_eq(&plan.layout.text.buf, &session.layout.text.buf));
+                }
+                assert_eq!(
+                    &*session.layout.text,
+                    enc.render(&messages[..to], &options).unwrap()
+                );
+                assert_eq!(
+                    &*plan.layout.text,
+                    enc.render(&messages[..to], &with_prompt).unwrap()
+                );
+            }
+        }
+    }
+
     #[test]
     fn rewrite_policies_parse() {
         assert_eq!(OnRewrite::parse("error").unwrap(), OnRewrite::Error);
