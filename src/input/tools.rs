@@ -48,16 +48,17 @@ pub fn check_nothing_dropped_before(
     if !needs_check {
         return Ok(());
     }
+    // A session's memo keeps the searcher of its system text for its next renders.
+    let written_before = |text: &str| match memo {
+        Some(memo) => memo.contains(before.as_bytes(), text.as_bytes()),
+        None => memchr::memmem::find(before.as_bytes(), text.as_bytes()).is_some(),
+    };
     // Each name is searched for once (an agent calls the same few tools again and again).
     let mut found: Vec<&str> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         if message.role == "system" {
             let text = message.text().map(crate::pystr::strip).unwrap_or_default();
-            let found = |(haystack, needle): (&[u8], &[u8])| match memo {
-                Some(memo) => memo.contains(haystack, needle),
-                None => memchr::memmem::find(haystack, needle).is_some(),
-            };
-            if !text.is_empty() && !found((before.as_bytes(), text.as_bytes())) {
+            if !text.is_empty() && !written_before(text) {
                 return Err(TemplateError::at(
                     i,
                     "the checkpoint's template drops this system message here (chatids refuses to drop it silently)",

@@ -63,7 +63,8 @@ pub struct JinjaRequest<'a> {
 #[derive(Debug, Default)]
 pub struct RenderMemo {
     state: std::sync::Mutex<MemoState>,
-    /// Searchers for the texts [`RenderMemo::contains`] looked for last, the most recent last.
+    /// Searchers for the last texts [`RenderMemo::contains`] looked for, in the order it first
+    /// looked for them (the oldest is dropped first).
     searchers: std::sync::Mutex<Vec<memchr::memmem::Finder<'static>>>,
 }
 
