@@ -5,9 +5,9 @@ Builds the same ``Serving`` case (the conversation, the tools, the 21 prompts ch
 ``apply_chat_template``), then times ``loop_session`` (a session: ``append`` and
 ``generation_prompt`` per step), ``full_encode`` (one ``encode`` of the final conversation, the
 yardstick of the issue-23 target) and ``loop_reencode`` (``encode`` of every prompt), run one
-after another in each of ``--rounds`` rounds, their medians, ``--repeats`` times. ``--clock cpu`` times the process's CPU time
-(``time.process_time``) instead of the wall clock: on a shared machine, time the process spent
-waiting for a core does not count.
+after another in each of ``--rounds`` rounds, their medians, ``--repeats`` times. ``--clock cpu``
+times the process's CPU time (``time.process_time``) instead of the wall clock: on a shared
+machine, time the process spent waiting for a core does not count.
 
 ``--appends-only`` also times the session's appends without a generation prompt after each
 (a session that only grows).
@@ -54,7 +54,9 @@ def corpus() -> list[list[dict]]:
     return convs
 
 
-def timed_rounds(fns: list[Callable[[], None]], rounds: int, clock: Callable[[], float]) -> list[float]:
+def timed_rounds(
+    fns: list[Callable[[], None]], rounds: int, clock: Callable[[], float]
+) -> list[float]:
     """Median seconds of each of ``fns``, run one after another in each round (interleaved, so
     that a slow stretch of the machine weighs on all of them alike)."""
     times: list[list[float]] = [[] for _ in fns]
