@@ -19,6 +19,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::OnceLock;
 
 use rustc_hash::FxHashMap;
 
@@ -28,6 +29,8 @@ use crate::text::image::{ReadResult, Reader, Writer};
 
 /// No id.
 pub const NONE: u32 = u32::MAX;
+/// In [`BpeModel::token_lens`]: a token whose length in the word is not always the same.
+pub const VARIES: u16 = u16::MAX;
 /// Words of at most this many symbols merge by scanning their pairs.
 const SHORT_WORD: usize = 64;
 /// Byte-level words of more than this many bytes are tokenized by their longest tokens first
@@ -68,6 +71,8 @@ pub struct BpeModel {
     pub ignore_merges: bool,
     /// Byte-level models: the longest-token path for long words.
     backtrack: Option<Backtrack>,
+    /// Built on first use: [`BpeModel::token_lens`].
+    token_lens: OnceLock<Box<[u16]>>,
 }
 
 /// A symbol of a word being merged: its id and its length in bytes of the word.
@@ -203,6 +208,7 @@ impl BpeModel {
             fuse_unk: config.fuse_unk,
             ignore_merges: config.ignore_merges,
             backtrack: None,
+            token_lens: OnceLock::new(),
         }
         .with_backtrack())
     }
@@ -357,6 +363,7 @@ impl BpeModel {
             fuse_unk: r.bool()?,
             ignore_merges: r.bool()?,
             backtrack: None,
+            token_lens: OnceLock::new(),
         };
         model.backtrack = if with_backtrack {
             r.option(Backtrack::read)?
@@ -401,6 +408,85 @@ impl BpeModel {
     /// The longest-token path of a byte-level model.
     pub fn backtrack(&self) -> Option<&Backtrack> {
         self.backtrack.as_ref()
+    }
+
+    /// For each id, the length in bytes of the word that the token stands for wherever the
+    /// model puts it out ([`BpeModel::encode_word`] and whole-word tokens), or [`VARIES`]: the
+    /// word cache keeps ids only and takes token lengths from here when starts are wanted.
+    ///
+    /// A token's length is its text's, except for tokens that stand for other bytes: the
+    /// unknown token, byte-fallback tokens, and an id that two texts share are [`VARIES`]. A
+    /// byte, a character or a whole word is put out as the token of its text. A merged token
+    /// stands for its two halves, so its length is known where both halves' are and its text is
+    /// as long as theirs together; otherwise it is [`VARIES`] too (to a fixed point, since a
+    /// merge can come before those that make its halves). By induction on the merges, every
+    /// token the model puts out with a length here stands for that many bytes. Built on first
+    /// use (a pass over the vocabulary and the merges).
+    pub fn token_lens(&self) -> &[u16] {
+        self.token_lens.get_or_init(|| self.build_token_lens())
+    }
+
+    fn build_token_lens(&self) -> Box<[u16]> {
+        const ABSENT: u32 = u32::MAX;
+        const MIXED: u32 = u32::MAX - 1;
+        let mut lens = vec![ABSENT; self.max_id() as usize + 1];
+        let texts = self
+            .short_vocab
+            .entries()
+            .map(|(k, id)| (id as u32, k.byte_len()))
+            .chain(self.long_vocab.iter().map(|(t, &id)| (id, t.len())));
+        for (id, len) in texts {
+            if let Some(slot) = lens.get_mut(id as usize) {
+                let len = u32::try_from(len).unwrap_or(MIXED).min(MIXED);
+                *slot = if *slot == ABSENT || *slot == len {
+                    len
+                } else {
+                    MIXED
+                };
+            }
+        }
+        let other_bytes = self
+            .byte_fallback
+            .iter()
+            .flat_map(|ids| ids.iter().copied())
+            .chain(self.unk);
+        for id in other_bytes {
+            if let Some(slot) = lens.get_mut(id as usize) {
+                *slot = MIXED;
+            }
+        }
+        let known = |lens: &[u32], id: u32| lens.get(id as usize).copied().filter(|&l| l < MIXED);
+        let mut merges: Vec<(u32, u32, u32)> = self.merges.entries().collect();
+        merges.sort_unstable_by_key(|&(_, _, rank)| rank);
+        loop {
+            let mut changed = false;
+            for &(a, b, rank) in &merges {
+                let Some(&x) = self.merged.get(rank as usize) else {
+                    continue;
+                };
+                let Some(len) = known(&lens, x) else {
+                    continue;
+                };
+                let halves = known(&lens, a)
+                    .zip(known(&lens, b))
+                    .and_then(|(la, lb)| la.checked_add(lb));
+                if halves != Some(len) {
+                    lens[x as usize] = MIXED;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        lens.into_iter()
+            .map(|l| {
+                u16::try_from(l)
+                    .ok()
+                    .filter(|&l| l != VARIES)
+                    .unwrap_or(VARIES)
+            })
+            .collect()
     }
 
     /// The largest token id.
@@ -656,5 +742,63 @@ mod tests {
         let long: String = "aab".repeat(40);
         let short_ids: Vec<u32> = (0..40).flat_map(|_| encode(&m, "aab")).collect();
         assert_eq!(encode(&m, &long), short_ids);
+    }
+
+    /// Token lengths: a token's text's, except where the token stands for other bytes, and
+    /// then also for every token merged from it, in whatever order the merges come.
+    #[test]
+    fn token_lengths_are_known_only_where_they_cannot_vary() {
+        let m = model(
+            Units::Chars,
+            &[
+                "<unk>", "a", "b", "ab", "aa", "aaaa", "<0x63>", "<0x63>a", "<0x63>ab", "bab",
+            ],
+            &[
+                ("<0x63>a", "b"),
+                ("a", "a"),
+                ("a", "b"),
+                ("aa", "aa"),
+                ("<0x63>", "a"),
+                ("b", "ab"),
+            ],
+        );
+        let lens = m.token_lens();
+        let known: Vec<Option<u16>> = lens.iter().map(|&l| (l != VARIES).then_some(l)).collect();
+        assert_eq!(
+            known,
+            [
+                None,
+                Some(1),
+                Some(1),
+                Some(2),
+                Some(2),
+                Some(4),
+                None,
+                None,
+                None,
+                Some(3)
+            ]
+        );
+        // What merging gives: "c" falls back to <0x63>, which merges with "a" into a token of
+        // 7 text bytes standing for 2.
+        let (mut ids, mut word_lens) = (Vec::new(), Vec::new());
+        m.encode_word(b"ca", &mut Scratch::default(), &mut ids, &mut word_lens);
+        assert_eq!((ids, word_lens), (vec![7], vec![2]));
+        // An id two texts share has no one length.
+        let shared = BpeModel::new(BpeConfig {
+            units: Units::Bytes,
+            vocab: (0..=255u8)
+                .map(|b| (vec![b], u32::from(b)))
+                .chain([(b"xy".to_vec(), 256), (b"xyz".to_vec(), 256)])
+                .collect(),
+            merges: vec![],
+            byte_fallback: false,
+            unk_token: None,
+            fuse_unk: false,
+            ignore_merges: false,
+        })
+        .unwrap();
+        assert_eq!(shared.token_lens()[256], VARIES);
+        assert_eq!(shared.token_lens()[b'x' as usize], 1);
     }
 }

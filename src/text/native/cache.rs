@@ -2,11 +2,13 @@
 //!
 //! Text repeats its words, so each thread remembers the ids of the words it merged, per
 //! model, in a map of its own: no lock and no sharing on the hot path. A cache is bounded
-//! ([`MAX_WORDS`] words and [`MAX_IDS`] ids in two generations, at most about 12 MB; words
+//! ([`MAX_WORDS`] words and [`MAX_IDS`] ids in two generations, at most about 10 MB; words
 //! longer than [`MAX_WORD_BYTES`] bytes are merged every time, as in the `tokenizers` crate), and
 //! its generations follow the text being encoded ([`WordCache`]). Words of at most 23 bytes are
 //! keyed inline ([`Key`]); longer ones (a run of CJK characters is one word) by their bytes. A
-//! hit returns exactly what merging would (encoding is a pure function of the word).
+//! word of one token keeps its id in its slot. A hit returns exactly what merging would
+//! (encoding is a pure function of the word). The cache keeps ids only: where token starts are
+//! wanted, the tokens' lengths come from the model ([`bpe::BpeModel::token_lens`]).
 
 use std::cell::RefCell;
 
@@ -15,8 +17,9 @@ use rustc_hash::FxHashMap;
 use super::bpe;
 use super::table::{InlineMap, Key};
 
-/// Words a thread's cache holds per model (in two generations of half as many each).
-pub const MAX_WORDS: usize = 1 << 17;
+/// Words a thread's cache holds per model (in two generations of half as many each: three
+/// quarters of a dense table of 2^16 slots, 2 MiB).
+pub const MAX_WORDS: usize = 3 << 15;
 /// Ids a thread's cache holds per model (in two generations of half as many each).
 pub const MAX_IDS: usize = 1 << 19;
 /// Longer words are merged every time (the `tokenizers` crate's limit too).
@@ -24,33 +27,61 @@ pub const MAX_WORD_BYTES: usize = 256;
 /// Models whose caches a thread keeps (the least recently used goes first).
 const MODELS_PER_THREAD: usize = 4;
 
-/// Words and their ids and token lengths, the ids of all words in one buffer.
+/// A word of one token: its id in the slot, no entry in `ids` (the top bit of a packed value).
+const ONE: u64 = 1 << 63;
+
+/// The ids of a cached word.
+pub enum Hit<'a> {
+    One(u32),
+    Many(&'a [u32]),
+}
+
+impl Hit<'_> {
+    #[inline]
+    pub fn ids(&self) -> &[u32] {
+        match self {
+            Hit::One(id) => std::slice::from_ref(id),
+            Hit::Many(ids) => ids,
+        }
+    }
+}
+
+/// Words and their ids, the ids of words of several tokens in one buffer.
 struct Generation {
-    /// Word key to `offset << 32 | count` in `ids` and `lens`.
+    /// Word key to `ONE | id`, or to `offset << 32 | count` in `ids`.
     words: InlineMap,
     /// The same for words longer than a [`Key`] holds.
     long_words: FxHashMap<Box<[u8]>, u64>,
     ids: Vec<u32>,
-    lens: Vec<u32>,
 }
 
 impl Generation {
     fn new() -> Self {
         Generation {
-            words: InlineMap::with_capacity(1024),
+            words: InlineMap::dense(1024),
             long_words: FxHashMap::default(),
             ids: Vec::new(),
-            lens: Vec::new(),
         }
     }
 
+    /// The packed value of `word`, if this generation has it.
     #[inline]
-    fn get(&self, word: &[u8], key: Option<Key>) -> Option<(usize, usize)> {
-        let packed = match key {
-            Some(k) => self.words.get(k)?,
-            None => *self.long_words.get(word)?,
-        };
-        Some(((packed >> 32) as usize, (packed as u32) as usize))
+    fn packed(&self, word: &[u8], key: Option<Key>) -> Option<u64> {
+        match key {
+            Some(k) => self.words.get(k),
+            None => self.long_words.get(word).copied(),
+        }
+    }
+
+    /// The ids a packed value of this generation stands for.
+    #[inline]
+    fn hit(&self, packed: u64) -> Hit<'_> {
+        if packed & ONE != 0 {
+            Hit::One(packed as u32)
+        } else {
+            let offset = (packed >> 32) as usize;
+            Hit::Many(&self.ids[offset..offset + (packed as u32) as usize])
+        }
     }
 
     #[inline]
@@ -59,32 +90,50 @@ impl Generation {
             || self.ids.len() + more_ids > MAX_IDS / 2
     }
 
+    /// Add `word` and return its packed value.
     #[inline]
-    fn insert(
-        &mut self,
-        word: &[u8],
-        key: Option<Key>,
-        ids: &[u32],
-        lens: &[u32],
-    ) -> (usize, usize) {
-        let offset = self.ids.len();
-        let packed = (offset as u64) << 32 | ids.len() as u64;
-        self.ids.extend_from_slice(ids);
-        self.lens.extend_from_slice(lens);
+    fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32]) -> u64 {
+        let packed = match ids {
+            [id] => ONE | u64::from(*id),
+            _ => {
+                let offset = self.ids.len();
+                self.ids.extend_from_slice(ids);
+                (offset as u64) << 32 | ids.len() as u64
+            }
+        };
         match key {
             Some(k) => self.words.insert(k, packed),
             None => {
                 self.long_words.insert(word.into(), packed);
             }
         }
-        (offset, ids.len())
+        packed
     }
 
     fn clear(&mut self) {
         self.words.clear();
         self.long_words.clear();
         self.ids.clear();
-        self.lens.clear();
+    }
+}
+
+/// The ids a word of `ids` adds to a generation's buffer.
+#[inline]
+fn stored(ids: &[u32]) -> usize {
+    if ids.len() == 1 {
+        0
+    } else {
+        ids.len()
+    }
+}
+
+/// The same for a word of packed value `packed`.
+#[inline]
+fn stored_packed(packed: u64) -> usize {
+    if packed & ONE != 0 {
+        0
+    } else {
+        (packed as u32) as usize
     }
 }
 
@@ -108,37 +157,33 @@ impl Default for WordCache {
 }
 
 impl WordCache {
-    /// The ids and token lengths of `word` (whose key is `key`), if cached.
+    /// The ids of `word` (whose key is `key`), if cached.
     #[inline]
-    pub fn get(&mut self, word: &[u8], key: Option<Key>) -> Option<(&[u32], &[u32])> {
-        if let Some((offset, count)) = self.young.get(word, key) {
-            let range = offset..offset + count;
-            return Some((&self.young.ids[range.clone()], &self.young.lens[range]));
+    pub fn get(&mut self, word: &[u8], key: Option<Key>) -> Option<Hit<'_>> {
+        if let Some(packed) = self.young.packed(word, key) {
+            return Some(self.young.hit(packed));
         }
-        let (offset, count) = self.old.get(word, key)?;
-        let range = offset..offset + count;
-        if self.young.full(count) {
+        let packed = self.old.packed(word, key)?;
+        if self.young.full(stored_packed(packed)) {
             // Promoting would start a new generation and drop the one the word is in: keep
             // it where it is.
-            return Some((&self.old.ids[range.clone()], &self.old.lens[range]));
+            return Some(self.old.hit(packed));
         }
-        let (ids, lens) = (&self.old.ids[range.clone()], &self.old.lens[range]);
-        let (offset, count) = self.young.insert(word, key, ids, lens);
-        let range = offset..offset + count;
-        Some((&self.young.ids[range.clone()], &self.young.lens[range]))
+        let packed = self.young.insert(word, key, self.old.hit(packed).ids());
+        Some(self.young.hit(packed))
     }
 
     /// Remember the ids of `word` (whose key is `key`).
     #[inline]
-    pub fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32], lens: &[u32]) {
+    pub fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32]) {
         if key.is_none() && word.len() > MAX_WORD_BYTES {
             return;
         }
-        if self.young.full(ids.len()) {
+        if self.young.full(stored(ids)) {
             std::mem::swap(&mut self.young, &mut self.old);
             self.young.clear();
         }
-        self.young.insert(word, key, ids, lens);
+        self.young.insert(word, key, ids);
     }
 }
 

@@ -542,46 +542,107 @@ impl Context<'_> {
         }
     }
 
-    /// One word through the cache and the model.
+    /// One word through the cache and the model. The cache comes first: it is small and
+    /// warm, where a vocabulary lookup (`ignore_merges`) is a miss to memory per word, so
+    /// words of one token are cached too.
     #[inline]
     fn word(&mut self, word: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
         let model = &self.bpe.model;
         let key = table::Key::new(word);
-        if model.ignore_merges {
-            if let Some(id) = model.token_id_keyed(word, key) {
-                out.token(id, origin.at(0));
-                return;
+        let cached = match self.words.get(word, key) {
+            Some(hit) => {
+                let ids = hit.ids();
+                match out.starts.as_deref_mut() {
+                    None => {
+                        out.ids.extend_from_slice(ids);
+                        return;
+                    }
+                    Some(starts) => {
+                        if cached_starts(model.token_lens(), ids, word, origin, starts) {
+                            out.ids.extend_from_slice(ids);
+                            return;
+                        }
+                    }
+                }
+                // A token whose length varies: encode the word again for the lengths.
+                true
             }
-        }
-        if let Some((ids, lens)) = self.words.get(word, key) {
-            emit(ids, lens, word, origin, out);
-            return;
-        }
+            None => false,
+        };
         let b = &mut *self.buffers;
         b.ids.clear();
         b.lens.clear();
-        model.encode_word(word, &mut b.bpe, &mut b.ids, &mut b.lens);
-        self.words.insert(word, key, &b.ids, &b.lens);
-        emit(&b.ids, &b.lens, word, origin, out);
+        match model.ignore_merges.then(|| model.token_id_keyed(word, key)) {
+            Some(Some(id)) => {
+                b.ids.push(id);
+                b.lens.push(word.len() as u32);
+            }
+            _ => model.encode_word(word, &mut b.bpe, &mut b.ids, &mut b.lens),
+        }
+        if !cached {
+            self.words.insert(word, key, &b.ids);
+        }
+        out.ids.extend_from_slice(&b.ids);
+        if let Some(starts) = out.starts.as_deref_mut() {
+            push_starts(b.lens.iter().map(|&l| l as usize), word, origin, starts);
+        }
     }
 }
 
-/// Append a word's ids, and where its tokens start when asked.
+/// Where the tokens of a cached word start, from the model's token lengths; `false` (and
+/// nothing pushed) if a token's length varies ([`bpe::VARIES`]) or they do not add up to the
+/// word.
 #[inline]
-fn emit(ids: &[u32], lens: &[u32], word: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
-    out.ids.extend_from_slice(ids);
-    if let Some(starts) = out.starts.as_deref_mut() {
-        let mut at = 0usize;
-        for &len in lens {
-            // A token that starts inside a character (a byte-level or byte-fallback piece of
-            // it) starts where the character does, as the crate's offsets say.
-            let mut first = at;
-            while first > 0 && (word[first] & 0xC0) == 0x80 {
-                first -= 1;
-            }
-            starts.push(origin.at(first));
-            at += len as usize;
+fn cached_starts(
+    lens: &[u16],
+    ids: &[u32],
+    word: &[u8],
+    origin: Origin<'_>,
+    starts: &mut Vec<usize>,
+) -> bool {
+    let len = |id: u32| {
+        lens.get(id as usize)
+            .copied()
+            .filter(|&l| l != bpe::VARIES && l != 0)
+    };
+    let mut total = 0usize;
+    for &id in ids {
+        match len(id) {
+            Some(l) => total += usize::from(l),
+            None => return false,
         }
+    }
+    if total != word.len() {
+        return false;
+    }
+    push_starts(
+        ids.iter().map(|&id| usize::from(lens[id as usize])),
+        word,
+        origin,
+        starts,
+    );
+    true
+}
+
+/// Push where each token of a word starts, given their lengths in bytes (which add up to the
+/// word's).
+#[inline]
+fn push_starts(
+    lens: impl Iterator<Item = usize>,
+    word: &[u8],
+    origin: Origin<'_>,
+    starts: &mut Vec<usize>,
+) {
+    let mut at = 0usize;
+    for len in lens {
+        // A token that starts inside a character (a byte-level or byte-fallback piece of
+        // it) starts where the character does, as the crate's offsets say.
+        let mut first = at;
+        while first > 0 && first < word.len() && (word[first] & 0xC0) == 0x80 {
+            first -= 1;
+        }
+        starts.push(origin.at(first));
+        at += len;
     }
 }
 

@@ -46,6 +46,12 @@ impl Key {
         self.0 == [0; 3]
     }
 
+    /// The length in bytes of the word this key holds.
+    #[inline]
+    pub fn byte_len(&self) -> usize {
+        usize::from((self.0[2] >> 56) as u8).min(MAX_KEY_BYTES)
+    }
+
     /// The word this key holds.
     pub fn bytes(&self) -> Vec<u8> {
         let mut b = [0u8; 24];
@@ -61,6 +67,8 @@ impl Key {
 pub struct InlineMap {
     slots: Vec<(Key, u64)>,
     len: usize,
+    /// Grow when three quarters full instead of half ([`InlineMap::dense`]).
+    dense: bool,
 }
 
 impl Default for InlineMap {
@@ -76,6 +84,18 @@ impl InlineMap {
         InlineMap {
             slots: vec![(Key::default(), 0); slots],
             len: 0,
+            dense: false,
+        }
+    }
+
+    /// A map of `slots` slots (a power of two) that doubles when three quarters full: a
+    /// quarter less memory per entry than half full, for a probe or two more on a miss (the
+    /// word caches, whose memory every thread keeps).
+    pub fn dense(slots: usize) -> Self {
+        InlineMap {
+            slots: vec![(Key::default(), 0); slots.next_power_of_two().max(16)],
+            len: 0,
+            dense: true,
         }
     }
 
@@ -102,11 +122,18 @@ impl InlineMap {
         }
     }
 
-    /// Set the value of `key` (the table doubles when half full).
+    /// Set the value of `key` (the table doubles when half full, or three quarters when
+    /// dense).
     pub fn insert(&mut self, key: Key, value: u64) {
-        if (self.len + 1) * 2 > self.slots.len() {
+        let full = if self.dense {
+            (self.len + 1) * 4 > self.slots.len() * 3
+        } else {
+            (self.len + 1) * 2 > self.slots.len()
+        };
+        if full {
             let old = std::mem::take(&mut self.slots);
-            *self = Self::with_capacity(old.len());
+            self.slots = vec![(Key::default(), 0); old.len() * 2];
+            self.len = 0;
             for (k, v) in old {
                 if !k.is_empty() {
                     self.insert(k, v);
@@ -164,6 +191,7 @@ impl InlineMap {
         let mut map = InlineMap {
             slots: vec![(Key::default(), 0); slots],
             len: 0,
+            dense: false,
         };
         for c in flat.chunks_exact(4) {
             let key = Key([c[0], c[1], c[2]]);
@@ -190,16 +218,19 @@ mod tests {
 
     #[test]
     fn short_words_round_trip_and_long_ones_have_no_key() {
-        let mut m = InlineMap::default();
         let words: Vec<Vec<u8>> = (0..5000u32).map(|i| format!("w{i}").into_bytes()).collect();
-        for (i, w) in words.iter().enumerate() {
-            m.insert(Key::new(w).unwrap(), i as u64);
+        // (a dense map holds the words in half the slots)
+        for (mut m, slots) in [(InlineMap::default(), 16384), (InlineMap::dense(16), 8192)] {
+            for (i, w) in words.iter().enumerate() {
+                m.insert(Key::new(w).unwrap(), i as u64);
+            }
+            assert_eq!((m.len(), m.slots.len()), (5000, slots));
+            for (i, w) in words.iter().enumerate() {
+                assert_eq!(m.get(Key::new(w).unwrap()), Some(i as u64));
+            }
+            assert_eq!(m.get(Key::new(b"absent").unwrap()), None);
         }
-        assert_eq!(m.len(), 5000);
-        for (i, w) in words.iter().enumerate() {
-            assert_eq!(m.get(Key::new(w).unwrap()), Some(i as u64));
-        }
-        assert_eq!(m.get(Key::new(b"absent").unwrap()), None);
+        let mut m = InlineMap::default();
         // A word and the same word with a NUL byte more differ (the length is in the key).
         m.insert(Key::new(b"a").unwrap(), 1);
         assert_eq!(m.get(Key::new(b"a\0").unwrap()), None);
@@ -298,6 +329,19 @@ impl PairRanks {
         }
         self.grid = grid;
         self.filter = filter;
+    }
+
+    /// The `(left, right, rank)` entries, in slot order.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let (id_mask, rank_mask) = ((1u64 << self.id_bits) - 1, (1u64 << self.rank_bits) - 1);
+        self.slots.iter().filter(|&&s| s != EMPTY).map(move |&s| {
+            let key = s >> self.rank_bits;
+            (
+                (key >> self.id_bits) as u32,
+                (key & id_mask) as u32,
+                (s & rank_mask) as u32,
+            )
+        })
     }
 
     /// The highest rank in the table.

@@ -74,11 +74,16 @@ fn sentencepiece_style(normalizer: Value, pre_tokenizer: Value, added: Value) ->
         push(&format!("<0x{b:02X}>"));
     }
     for t in [
-        "▁", "a", "b", "c", "<", ">", "/", "▁a", "ab", "▁ab", "▁▁", ">▁", ">▁<", "bc",
+        "▁", "a", "b", "c", "<", ">", "/", "▁a", "ab", "▁ab", "▁▁", ">▁", ">▁<", "bc", "<0x78>a",
+        "<0x78>ab",
     ] {
         push(t);
     }
+    // (The last two merge a byte-fallback token: tokens whose text is longer than the bytes
+    // they stand for, listed before the merge that makes their half.)
     let merges = json!([
+        ["<0x78>a", "b"],
+        ["<0x78>", "a"],
         ["▁", "a"],
         ["a", "b"],
         ["▁a", "b"],
@@ -119,6 +124,7 @@ const TEXTS: &[&str] = &[
     "  ab <t> ab<t>ab <t>",
     "<t><t> <u>x <u> y<u>",
     "a b\u{3000}c\t",
+    "xab xa xxab ab xab",
 ];
 
 #[test]
