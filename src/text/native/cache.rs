@@ -2,8 +2,9 @@
 //!
 //! Text repeats its words, so each thread remembers the ids of the words it merged, per
 //! model, in a map of its own: no lock and no sharing on the hot path. A cache is bounded
-//! ([`MAX_WORDS`] words and [`MAX_IDS`] ids in two generations, at most about 10 MB; words
-//! longer than [`MAX_WORD_BYTES`] bytes are merged every time, as in the `tokenizers` crate), and
+//! ([`MAX_WORDS`] words and [`MAX_IDS`] ids in two generations, long words' bytes counted as
+//! ids, at most about 6 MB; words longer than [`MAX_WORD_BYTES`] bytes are merged every time,
+//! as in the `tokenizers` crate), and
 //! its generations follow the text being encoded ([`WordCache`]). Words of at most 23 bytes are
 //! keyed inline ([`Key`]); longer ones (a run of CJK characters is one word) by their bytes. A
 //! word of one token keeps its id in its slot. A hit returns exactly what merging would
@@ -20,7 +21,9 @@ use super::table::{InlineMap, Key};
 /// Words a thread's cache holds per model (in two generations of half as many each: three
 /// quarters of a dense table of 2^16 slots, 2 MiB).
 pub const MAX_WORDS: usize = 3 << 15;
-/// Ids a thread's cache holds per model (in two generations of half as many each).
+/// Ids a thread's cache holds per model (in two generations of half as many each, 1 MiB); a
+/// word longer than a [`Key`] holds counts as the ids its bytes and its map entry would fill
+/// ([`long_cost`]).
 pub const MAX_IDS: usize = 1 << 19;
 /// Longer words are merged every time (the `tokenizers` crate's limit too).
 pub const MAX_WORD_BYTES: usize = 256;
@@ -53,6 +56,8 @@ struct Generation {
     /// The same for words longer than a [`Key`] holds.
     long_words: FxHashMap<Box<[u8]>, u64>,
     ids: Vec<u32>,
+    /// The [`long_cost`] of the words in `long_words`.
+    long_cost: usize,
 }
 
 impl Generation {
@@ -61,6 +66,7 @@ impl Generation {
             words: InlineMap::dense(1024),
             long_words: FxHashMap::default(),
             ids: Vec::new(),
+            long_cost: 0,
         }
     }
 
@@ -84,10 +90,11 @@ impl Generation {
         }
     }
 
+    /// Whether a word that takes `more` (its ids and its [`long_cost`]) would not fit.
     #[inline]
-    fn full(&self, more_ids: usize) -> bool {
+    fn full(&self, more: usize) -> bool {
         self.words.len() + self.long_words.len() >= MAX_WORDS / 2
-            || self.ids.len() + more_ids > MAX_IDS / 2
+            || self.ids.len() + self.long_cost + more > MAX_IDS / 2
     }
 
     /// Add `word` and return its packed value.
@@ -104,6 +111,7 @@ impl Generation {
         match key {
             Some(k) => self.words.insert(k, packed),
             None => {
+                self.long_cost += long_cost(word, key);
                 self.long_words.insert(word.into(), packed);
             }
         }
@@ -114,6 +122,7 @@ impl Generation {
         self.words.clear();
         self.long_words.clear();
         self.ids.clear();
+        self.long_cost = 0;
     }
 }
 
@@ -127,7 +136,17 @@ fn stored(ids: &[u32]) -> usize {
     }
 }
 
-/// The same for a word of packed value `packed`.
+/// What a word longer than a [`Key`] holds takes besides its ids, in ids (4 bytes each): its
+/// bytes on the heap, and its map entry with the allocation's header (about 32 bytes).
+#[inline]
+fn long_cost(word: &[u8], key: Option<Key>) -> usize {
+    match key {
+        Some(_) => 0,
+        None => word.len().div_ceil(4) + 8,
+    }
+}
+
+/// The ids a word of packed value `packed` adds to a generation's buffer.
 #[inline]
 fn stored_packed(packed: u64) -> usize {
     if packed & ONE != 0 {
@@ -164,7 +183,10 @@ impl WordCache {
             return Some(self.young.hit(packed));
         }
         let packed = self.old.packed(word, key)?;
-        if self.young.full(stored_packed(packed)) {
+        if self
+            .young
+            .full(stored_packed(packed) + long_cost(word, key))
+        {
             // Promoting would start a new generation and drop the one the word is in: keep
             // it where it is.
             return Some(self.old.hit(packed));
@@ -179,7 +201,7 @@ impl WordCache {
         if key.is_none() && word.len() > MAX_WORD_BYTES {
             return;
         }
-        if self.young.full(stored(ids)) {
+        if self.young.full(stored(ids) + long_cost(word, key)) {
             std::mem::swap(&mut self.young, &mut self.old);
             self.young.clear();
         }
@@ -271,4 +293,62 @@ pub fn with<R>(key: u64, f: impl FnOnce(&mut WordCache, &mut Buffers) -> R) -> R
         state.buffers.trim();
         r
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(cache: &mut WordCache, word: &[u8]) -> Option<Vec<u32>> {
+        cache
+            .get(word, Key::new(word))
+            .map(|hit| hit.ids().to_vec())
+    }
+
+    fn insert(cache: &mut WordCache, word: &[u8], ids: &[u32]) {
+        cache.insert(word, Key::new(word), ids);
+    }
+
+    #[test]
+    fn one_token_words_take_no_ids_and_old_words_move_to_the_young_generation() {
+        let mut cache = WordCache::default();
+        insert(&mut cache, b"ab", &[7]);
+        insert(&mut cache, b"abc", &[1, 2, 3]);
+        assert_eq!(cache.young.ids, [1, 2, 3]);
+        assert_eq!(get(&mut cache, b"ab"), Some(vec![7]));
+        assert_eq!(get(&mut cache, b"abc"), Some(vec![1, 2, 3]));
+        assert_eq!(get(&mut cache, b"abd"), None);
+        // Fill a generation: "abc" is then in the old one, and a hit brings it back.
+        for i in 0..MAX_WORDS / 2 {
+            insert(&mut cache, format!("w{i}").as_bytes(), &[i as u32, 0]);
+        }
+        assert!(cache.young.packed(b"abc", Key::new(b"abc")).is_none());
+        assert_eq!(get(&mut cache, b"abc"), Some(vec![1, 2, 3]));
+        assert!(cache.young.packed(b"abc", Key::new(b"abc")).is_some());
+        let w = format!("w{}", MAX_WORDS / 2 - 1);
+        assert_eq!(
+            get(&mut cache, w.as_bytes()),
+            Some(vec![MAX_WORDS as u32 / 2 - 1, 0])
+        );
+    }
+
+    #[test]
+    fn long_words_count_their_bytes_against_the_bound() {
+        let mut cache = WordCache::default();
+        let word = |i: usize| format!("{i:0>200}").into_bytes();
+        for i in 0..20_000 {
+            insert(&mut cache, &word(i), &[i as u32, 1]);
+            for g in [&cache.young, &cache.old] {
+                assert!(g.ids.len() + g.long_cost <= MAX_IDS / 2);
+            }
+        }
+        // 20,000 words of 200 bytes would be 4 MB of keys; a generation holds about 4,600.
+        assert!(cache.young.long_words.len() + cache.old.long_words.len() < 10_000);
+        assert_eq!(get(&mut cache, &word(19_999)), Some(vec![19_999, 1]));
+        assert_eq!(get(&mut cache, &word(0)), None);
+        // Words longer than MAX_WORD_BYTES are not cached.
+        let longest = vec![b'x'; MAX_WORD_BYTES + 1];
+        insert(&mut cache, &longest, &[1, 2]);
+        assert_eq!(get(&mut cache, &longest), None);
+    }
 }
