@@ -660,12 +660,13 @@ fn spaces_to_meta(
     if prefix {
         out.push('\u{2581}');
     }
-    for (i, piece) in text.split(' ').enumerate() {
-        if i > 0 {
-            out.push('\u{2581}');
-        }
-        out.push_str(piece);
+    let mut from = 0;
+    for i in memchr::memchr_iter(b' ', text.as_bytes()) {
+        out.push_str(&text[from..i]);
+        out.push('\u{2581}');
+        from = i + 1;
     }
+    out.push_str(&text[from..]);
     if let Some(origins) = origins {
         origins.clear();
         if prefix {

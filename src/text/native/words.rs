@@ -96,23 +96,23 @@ impl WordCutter {
                 .as_ref()
                 .is_some_and(|spans| spans.iter().any(|&(a, b)| a < p && p < b))
         };
+        // A word starts at each `▁` that follows another character (not at the text's start,
+        // nor right after another `▁`). `▁`'s first byte is found by a byte search: it is a
+        // lead byte, so it never matches inside another character.
         let mut start = 0;
-        let mut pos = 0;
-        let mut prev_meta = true;
-        while pos < text.len() {
+        let mut meta_end = 0;
+        let mut from = 0;
+        while let Some(i) = memchr::memchr(META[0], &text[from..]) {
+            let pos = from + i;
             if text[pos..].starts_with(META) {
-                if !prev_meta && !is_blocked(pos) {
+                if pos != meta_end && !is_blocked(pos) {
                     emit(start, pos);
                     start = pos;
                 }
-                prev_meta = true;
-                pos += META.len();
+                meta_end = pos + META.len();
+                from = meta_end;
             } else {
-                prev_meta = false;
-                pos += 1;
-                while pos < text.len() && (text[pos] & 0xC0) == 0x80 {
-                    pos += 1;
-                }
+                from = pos + 1;
             }
         }
         if start < text.len() {
@@ -138,6 +138,9 @@ mod tests {
         let plain = WordCutter::new(["▁a", "▁▁"].iter().map(|s| s.as_bytes()), |_| false).unwrap();
         assert_eq!(words(&plain, "▁Hello▁▁world▁"), ["▁Hello", "▁▁world", "▁"]);
         assert_eq!(words(&plain, "ab"), ["ab"]);
+        // Other characters with `▁`'s first byte (U+2580, U+2014) are not cuts.
+        assert_eq!(words(&plain, "▀▁x—▁▁é▁"), ["▀", "▁x—", "▁▁é", "▁"]);
+        assert_eq!(words(&plain, "▁▁"), ["▁▁"]);
         let gemma = WordCutter::new([">▁</"].iter().map(|s| s.as_bytes()), |_| false).unwrap();
         assert_eq!(words(&gemma, "▁<b>▁</b>▁x"), ["▁<b>▁</b>", "▁x"]);
         assert!(
