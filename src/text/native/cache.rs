@@ -90,11 +90,13 @@ impl Generation {
         }
     }
 
-    /// Whether a word that takes `more` (its ids and its [`long_cost`]) would not fit.
+    /// Whether `word` (whose key is `key`), of `count` ids, would not fit: its ids (none for
+    /// a word of one token) and its [`long_cost`].
     #[inline]
-    fn full(&self, more: usize) -> bool {
+    fn full(&self, word: &[u8], key: Option<Key>, count: usize) -> bool {
+        let stored = if count == 1 { 0 } else { count };
         self.words.len() + self.long_words.len() >= MAX_WORDS / 2
-            || self.ids.len() + self.long_cost + more > MAX_IDS / 2
+            || self.ids.len() + self.long_cost + stored + long_cost(word, key) > MAX_IDS / 2
     }
 
     /// Add `word` and return its packed value.
@@ -126,16 +128,6 @@ impl Generation {
     }
 }
 
-/// The ids a word of `ids` adds to a generation's buffer.
-#[inline]
-fn stored(ids: &[u32]) -> usize {
-    if ids.len() == 1 {
-        0
-    } else {
-        ids.len()
-    }
-}
-
 /// What a word longer than a [`Key`] holds takes besides its ids, in ids (4 bytes each): its
 /// bytes on the heap, and its map entry with the allocation's header (about 32 bytes).
 #[inline]
@@ -143,16 +135,6 @@ fn long_cost(word: &[u8], key: Option<Key>) -> usize {
     match key {
         Some(_) => 0,
         None => word.len().div_ceil(4) + 8,
-    }
-}
-
-/// The ids a word of packed value `packed` adds to a generation's buffer.
-#[inline]
-fn stored_packed(packed: u64) -> usize {
-    if packed & ONE != 0 {
-        0
-    } else {
-        (packed as u32) as usize
     }
 }
 
@@ -183,10 +165,7 @@ impl WordCache {
             return Some(self.young.hit(packed));
         }
         let packed = self.old.packed(word, key)?;
-        if self
-            .young
-            .full(stored_packed(packed) + long_cost(word, key))
-        {
+        if self.young.full(word, key, self.old.hit(packed).ids().len()) {
             // Promoting would start a new generation and drop the one the word is in: keep
             // it where it is.
             return Some(self.old.hit(packed));
@@ -201,7 +180,7 @@ impl WordCache {
         if key.is_none() && word.len() > MAX_WORD_BYTES {
             return;
         }
-        if self.young.full(stored(ids) + long_cost(word, key)) {
+        if self.young.full(word, key, ids.len()) {
             std::mem::swap(&mut self.young, &mut self.old);
             self.young.clear();
         }

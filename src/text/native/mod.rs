@@ -589,9 +589,9 @@ impl Context<'_> {
     }
 }
 
-/// Where the tokens of a cached word start, from the model's token lengths; `false` (and
-/// nothing pushed) if a token's length varies ([`bpe::VARIES`]) or they do not add up to the
-/// word.
+/// Push where the tokens of a cached word start, from the model's token lengths; `false`
+/// (and nothing pushed) if a token's length varies ([`bpe::VARIES`]) or they do not add up
+/// to the word.
 #[inline]
 fn cached_starts(
     lens: &[u16],
@@ -600,28 +600,26 @@ fn cached_starts(
     origin: Origin<'_>,
     starts: &mut Vec<usize>,
 ) -> bool {
-    let len = |id: u32| {
-        lens.get(id as usize)
-            .copied()
-            .filter(|&l| l != bpe::VARIES && l != 0)
-    };
+    let before = starts.len();
     let mut total = 0usize;
-    for &id in ids {
-        match len(id) {
-            Some(l) => total += usize::from(l),
-            None => return false,
-        }
-    }
-    if total != word.len() {
-        return false;
-    }
+    let mut known = true;
     push_starts(
-        ids.iter().map(|&id| usize::from(lens[id as usize])),
+        ids.iter().map(|&id| {
+            let l = lens.get(id as usize).copied().unwrap_or(0);
+            known &= l != bpe::VARIES && l != 0;
+            total += usize::from(l);
+            usize::from(l)
+        }),
         word,
         origin,
         starts,
     );
-    true
+    if known && total == word.len() {
+        true
+    } else {
+        starts.truncate(before);
+        false
+    }
 }
 
 /// Push where each token of a word starts, given their lengths in bytes (which add up to the
