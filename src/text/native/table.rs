@@ -311,6 +311,11 @@ mod tests {
         assert!(Key::new(&[b'x'; 24]).is_none() && Key::new(b"").is_none());
         m.clear();
         assert!(m.len() == 0 && m.get(Key::new(b"a").unwrap()).is_none());
+        // Clearing leaves the slots as they were and frees their tags.
+        m.insert(Key::new(b"b").unwrap(), 2);
+        assert_eq!(m.get(Key::new(b"b").unwrap()), Some(2));
+        assert_eq!(m.get(Key::new(b"a").unwrap()), None);
+        assert_eq!(m.entries().collect::<Vec<_>>(), [(Key::new(b"b").unwrap(), 2)]);
     }
 }
 
