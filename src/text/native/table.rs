@@ -316,7 +316,10 @@ mod tests {
         m.insert(Key::new(b"b").unwrap(), 2);
         assert_eq!(m.get(Key::new(b"b").unwrap()), Some(2));
         assert_eq!(m.get(Key::new(b"a").unwrap()), None);
-        assert_eq!(m.entries().collect::<Vec<_>>(), [(Key::new(b"b").unwrap(), 2)]);
+        assert_eq!(
+            m.entries().collect::<Vec<_>>(),
+            [(Key::new(b"b").unwrap(), 2)]
+        );
     }
 }
 
