@@ -196,15 +196,35 @@ impl<'a> Scan<'a> {
         self.text[pos..].chars().next()
     }
 
-    /// The classes and length of the character at `pos`, if `pos` is before the end.
-    #[inline]
+    /// The classes and length of the character at `pos`, if `pos` is before the end. The
+    /// ASCII case is inlined into every scanner loop; the rest is out of line, and returns its
+    /// pair in registers.
+    #[inline(always)]
     fn at(&self, pos: usize) -> Option<(u16, usize)> {
         let b = *self.bytes.get(pos)?;
         if b < 0x80 {
-            return Some((unicode::classes(b as char), 1));
+            return Some((unicode::ascii_classes(b), 1));
         }
-        let c = self.text[pos..].chars().next()?;
-        Some((unicode::classes(c), c.len_utf8()))
+        Some(self.wide_at(pos))
+    }
+
+    /// [`Scan::at`] of a character outside ASCII: `pos` is the boundary of a character that
+    /// starts with a byte of `0x80` or more.
+    #[inline(never)]
+    fn wide_at(&self, pos: usize) -> (u16, usize) {
+        // The text is UTF-8, so the lead byte gives the length and the continuation bytes
+        // are there; `cont` reads one (0 past the end, which cannot happen).
+        let cont = |i: usize| (self.bytes.get(pos + i).copied().unwrap_or(0) & 0x3F) as u32;
+        let b0 = self.bytes[pos] as u32;
+        let (cp, len) = match b0 {
+            0xC0..=0xDF => (((b0 & 0x1F) << 6) | cont(1), 2),
+            0xE0..=0xEF => (((b0 & 0x0F) << 12) | (cont(1) << 6) | cont(2), 3),
+            _ => (
+                ((b0 & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3),
+                4,
+            ),
+        };
+        (unicode::wide_classes(cp), len)
     }
 
     /// The end of the longest run from `pos` of characters with any class in `set`.

@@ -77,14 +77,30 @@ static TABLE: LazyLock<Table> = LazyLock::new(|| {
     Table { blocks, classes }
 });
 
-/// The classes of the ASCII characters (the common case, without touching the table).
-static ASCII: LazyLock<[u16; 128]> = LazyLock::new(|| {
+/// The classes of the ASCII characters (the common case, without touching the table), worked
+/// out from [`RANGES`] when the crate is compiled.
+static ASCII: [u16; 128] = ascii_table();
+
+const fn ascii_table() -> [u16; 128] {
     let mut a = [0u16; 128];
-    for (c, slot) in a.iter_mut().enumerate() {
-        *slot = lookup(c as u32);
+    let mut i = 0;
+    while i < RANGES.len() && RANGES[i].0 < 128 {
+        let end = if i + 1 < RANGES.len() && RANGES[i + 1].0 < 128 {
+            RANGES[i + 1].0 as usize
+        } else {
+            128
+        };
+        let mut c = RANGES[i].0 as usize;
+        while c < end {
+            a[c] = RANGES[i].1;
+            c += 1;
+        }
+        i += 1;
     }
+    a[b'\r' as usize] |= CRLF;
+    a[b'\n' as usize] |= CRLF;
     a
-});
+}
 
 #[inline]
 fn lookup(cp: u32) -> u16 {
@@ -104,10 +120,21 @@ pub fn classes(c: char) -> u16 {
     }
 }
 
+/// The classes of an ASCII byte (`b < 0x80`).
+#[inline(always)]
+pub fn ascii_classes(b: u8) -> u16 {
+    ASCII[(b & 0x7f) as usize]
+}
+
+/// The classes of a code point outside ASCII (a scalar value).
+#[inline]
+pub fn wide_classes(cp: u32) -> u16 {
+    lookup(cp)
+}
+
 /// Make sure the tables are built (so the first encode does not pay for it).
 pub fn warm_up() {
     LazyLock::force(&TABLE);
-    LazyLock::force(&ASCII);
 }
 
 /// The characters Oniguruma matches case-insensitively with each ASCII letter of the
@@ -201,6 +228,10 @@ mod tests {
         );
         assert_eq!(classes('\r') & CRLF, CRLF);
         assert_eq!(classes('\u{85}') & CRLF, 0);
+        // The ASCII table worked out at compile time agrees with the two-level table.
+        for b in 0..0x80u8 {
+            assert_eq!(ascii_classes(b), wide_classes(b as u32), "byte {b:#x}");
+        }
     }
 
     /// The ASCII letters of the contractions fold only as [`EXTRA_FOLDS`] says.
