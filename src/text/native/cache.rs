@@ -175,6 +175,13 @@ impl WordCache {
     }
 
     /// Remember the ids of `word` (whose key is `key`).
+    /// Start bringing in where [`WordCache::get`] of a short word will look first (the young
+    /// generation's tag and slot).
+    #[inline]
+    pub fn prefetch(&self, key: Key) {
+        self.young.words.prefetch(key);
+    }
+
     #[inline]
     pub fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32]) {
         if key.is_none() && word.len() > MAX_WORD_BYTES {
