@@ -174,7 +174,6 @@ impl WordCache {
         Some(self.young.hit(packed))
     }
 
-    /// Remember the ids of `word` (whose key is `key`).
     /// Start bringing in where [`WordCache::get`] of a short word will look first (the young
     /// generation's tag and slot).
     #[inline]
@@ -182,6 +181,7 @@ impl WordCache {
         self.young.words.prefetch(key);
     }
 
+    /// Remember the ids of `word` (whose key is `key`).
     #[inline]
     pub fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32]) {
         if key.is_none() && word.len() > MAX_WORD_BYTES {
