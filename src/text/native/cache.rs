@@ -174,13 +174,6 @@ impl WordCache {
         Some(self.young.hit(packed))
     }
 
-    /// Start bringing in where [`WordCache::get`] of a short word will look first (the young
-    /// generation's tag and slot).
-    #[inline]
-    pub fn prefetch(&self, key: Key) {
-        self.young.words.prefetch(key);
-    }
-
     /// Remember the ids of `word` (whose key is `key`).
     #[inline]
     pub fn insert(&mut self, word: &[u8], key: Option<Key>, ids: &[u32]) {

@@ -515,19 +515,9 @@ impl Context<'_> {
     fn split(&mut self, patterns: &[Pattern], text: &str, origin: Origin<'_>, out: &mut Out<'_>) {
         match patterns {
             [] => self.word(text.as_bytes(), origin, out),
-            [only] => {
-                let bytes = text.as_bytes();
-                let mut ahead = Ahead::default();
-                only.split(text, 0, &mut |a, b| {
-                    let key = self.prefetch(&bytes[a..b]);
-                    if let Some((a, b, key)) = ahead.push(a, b, key) {
-                        self.word_keyed(&bytes[a..b], key, origin.from(a), out);
-                    }
-                });
-                while let Some((a, b, key)) = ahead.pop() {
-                    self.word_keyed(&bytes[a..b], key, origin.from(a), out);
-                }
-            }
+            [only] => only.split(text, 0, &mut |a, b| {
+                self.word(&text.as_bytes()[a..b], origin.from(a), out)
+            }),
             [first, rest @ ..] => first.split(text, 0, &mut |a, b| {
                 self.split(rest, &text[a..b], origin.from(a), out)
             }),
@@ -545,33 +535,11 @@ impl Context<'_> {
             }
         }
         match &bpe.cutter {
-            Some(cutter) => {
-                let mut ahead = Ahead::default();
-                cutter.cut(text, &mut |a, b| {
-                    let key = self.prefetch(&text[a..b]);
-                    if let Some((a, b, key)) = ahead.push(a, b, key) {
-                        self.word_keyed(&text[a..b], key, origin.from(a), out);
-                    }
-                });
-                while let Some((a, b, key)) = ahead.pop() {
-                    self.word_keyed(&text[a..b], key, origin.from(a), out);
-                }
-            }
+            Some(cutter) => cutter.cut(text, &mut |a, b| {
+                self.word(&text[a..b], origin.from(a), out)
+            }),
             None => self.word(text, origin, out),
         }
-    }
-
-    /// Start bringing in the table lines [`Context::word`] will read first for `word` (the
-    /// word cache's), and return its key. (Fetching the vocabulary's lines too, for the words
-    /// a model with `ignore_merges` looks up there, measured no faster: most words are in the
-    /// cache, and the extra misses crowd the ones that count.)
-    #[inline]
-    fn prefetch(&self, word: &[u8]) -> Option<table::Key> {
-        let key = table::Key::new(word);
-        if let Some(key) = key {
-            self.words.prefetch(key);
-        }
-        key
     }
 
     /// One word through the cache and the model. The cache comes first: it is small and
@@ -579,19 +547,8 @@ impl Context<'_> {
     /// words of one token are cached too.
     #[inline]
     fn word(&mut self, word: &[u8], origin: Origin<'_>, out: &mut Out<'_>) {
-        self.word_keyed(word, table::Key::new(word), origin, out)
-    }
-
-    /// [`Context::word`] of a word whose key is known.
-    #[inline]
-    fn word_keyed(
-        &mut self,
-        word: &[u8],
-        key: Option<table::Key>,
-        origin: Origin<'_>,
-        out: &mut Out<'_>,
-    ) {
         let model = &self.bpe.model;
+        let key = table::Key::new(word);
         let cached = match self.words.get(word, key) {
             Some(hit) => {
                 let ids = hit.ids();
@@ -629,52 +586,6 @@ impl Context<'_> {
         if let Some(starts) = out.starts.as_deref_mut() {
             push_starts(b.lens.iter().map(|&l| l as usize), word, origin, starts);
         }
-    }
-}
-
-/// The words found but not yet encoded, in order: [`Context::word`] runs [`AHEAD`] words behind
-/// the pre-tokenizer, so that the table lines of the words in between are being fetched
-/// ([`Context::prefetch`]) while it works.
-#[derive(Default)]
-struct Ahead {
-    /// The words' ranges and keys.
-    words: [(usize, usize, Option<table::Key>); AHEAD],
-    first: usize,
-    len: usize,
-}
-
-/// How many words the pre-tokenizer runs ahead of the encoding.
-const AHEAD: usize = 8;
-
-impl Ahead {
-    /// Queue a word's range and key; once [`AHEAD`] are queued, the oldest comes back.
-    #[inline]
-    fn push(
-        &mut self,
-        a: usize,
-        b: usize,
-        key: Option<table::Key>,
-    ) -> Option<(usize, usize, Option<table::Key>)> {
-        if self.len == AHEAD {
-            let oldest = std::mem::replace(&mut self.words[self.first], (a, b, key));
-            self.first = (self.first + 1) % AHEAD;
-            Some(oldest)
-        } else {
-            self.words[(self.first + self.len) % AHEAD] = (a, b, key);
-            self.len += 1;
-            None
-        }
-    }
-
-    /// The oldest queued word.
-    #[inline]
-    fn pop(&mut self) -> Option<(usize, usize, Option<table::Key>)> {
-        (self.len > 0).then(|| {
-            let oldest = self.words[self.first];
-            self.first = (self.first + 1) % AHEAD;
-            self.len -= 1;
-            oldest
-        })
     }
 }
 

@@ -124,20 +124,6 @@ impl Default for InlineMap {
     }
 }
 
-/// A hint to bring the cache line at `p` closer (nothing where the architecture has no such
-/// instruction here). The address need not be valid: a prefetch never faults.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` only hints; it reads no memory the program can observe and does
-    // not fault, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// The tag of an empty slot.
 const FREE: u8 = 0;
 
@@ -195,16 +181,6 @@ impl InlineMap {
             }
             i = (i + 1) & mask;
         }
-    }
-
-    /// Ask the processor to bring in the tag and the slot where a probe for `key` starts, for a
-    /// [`InlineMap::get`] a few words later: the misses of several words then overlap instead of
-    /// following one another. Only a hint; it changes no state.
-    #[inline]
-    pub fn prefetch(&self, key: Key) {
-        let i = key.hash() as usize & (self.tags.len() - 1);
-        prefetch(self.tags.as_ptr().wrapping_add(i));
-        prefetch(self.slots.as_ptr().wrapping_add(i));
     }
 
     /// Set the value of `key` (the table doubles when half full, or three quarters when
