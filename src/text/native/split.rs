@@ -212,19 +212,9 @@ impl<'a> Scan<'a> {
     /// starts with a byte of `0x80` or more.
     #[inline(never)]
     fn wide_at(&self, pos: usize) -> (u16, usize) {
-        // The text is UTF-8, so the lead byte gives the length and the continuation bytes
-        // are there; `cont` reads one (0 past the end, which cannot happen).
-        let cont = |i: usize| (self.bytes.get(pos + i).copied().unwrap_or(0) & 0x3F) as u32;
-        let b0 = self.bytes[pos] as u32;
-        let (cp, len) = match b0 {
-            0xC0..=0xDF => (((b0 & 0x1F) << 6) | cont(1), 2),
-            0xE0..=0xEF => (((b0 & 0x0F) << 12) | (cont(1) << 6) | cont(2), 3),
-            _ => (
-                ((b0 & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3),
-                4,
-            ),
-        };
-        (unicode::wide_classes(cp), len)
+        // `pos` is a character boundary before the end, so there is a character.
+        let c = self.char(pos).unwrap_or(char::REPLACEMENT_CHARACTER);
+        (unicode::wide_classes(c as u32), c.len_utf8())
     }
 
     /// The end of the longest run from `pos` of characters with any class in `set`.
