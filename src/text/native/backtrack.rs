@@ -427,9 +427,11 @@ impl Backtrack {
         dead.resize(n / 64 + 1, 0);
         let mut budget = 4 * n + 64;
         let mut pos = 0;
-        let mut next = self.longest(model, word).0;
+        // The next token to try and its length (known from the walk that found it, so that
+        // the usual step reads no derivation).
+        let mut next = self.longest(model, word);
         while pos < n {
-            let mut token = next;
+            let (mut token, mut len) = next;
             let last = (ids.len() > start).then(|| ids[ids.len() - 1]);
             loop {
                 if budget == 0 {
@@ -438,7 +440,6 @@ impl Backtrack {
                     return false;
                 }
                 budget -= 1;
-                let len = self.derivations[token as usize].len as usize;
                 let end = pos + len;
                 if dead[end / 64] & (1 << (end % 64)) == 0
                     && last.is_none_or(|l| self.compatible_memo(model, l, token, &mut scratch.memo))
@@ -447,13 +448,14 @@ impl Backtrack {
                     lens.push(len as u32);
                     pos = end;
                     if pos < n {
-                        next = self.longest(model, &word[pos..]).0;
+                        next = self.longest(model, &word[pos..]);
                     }
                     break;
                 }
                 let shorter = self.derivations[token as usize].shorter;
                 if shorter != NONE {
                     token = shorter;
+                    len = self.derivations[token as usize].len as usize;
                     continue;
                 }
                 // Nothing from `pos` goes on: back up one token.
@@ -465,8 +467,9 @@ impl Backtrack {
                 };
                 ids.pop();
                 lens.pop();
-                pos -= self.derivations[l as usize].len as usize;
-                next = l;
+                let l_len = self.derivations[l as usize].len as usize;
+                pos -= l_len;
+                next = (l, l_len);
                 break;
             }
         }
