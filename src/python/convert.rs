@@ -18,7 +18,12 @@ pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-fn get<'py>(dict: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+/// `dict[key]` unless missing or `None`; `key` interned (`pyo3::intern!`), so no key string is
+/// built and hashed per lookup.
+fn get<'py>(
+    dict: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     Ok(dict.get_item(key)?.filter(|v| !v.is_none()))
 }
 
@@ -53,7 +58,10 @@ fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, Templa
                 format!("content part {j} must be a dict, not {}", type_name(&part)),
             ));
         };
-        let kind = match get(part, "type").map_err(|e| TemplateError::at(i, e.to_string()))? {
+        let py = part.py();
+        let kind = match get(part, pyo3::intern!(py, "type"))
+            .map_err(|e| TemplateError::at(i, e.to_string()))?
+        {
             Some(t) => string_field(&t, i, &format!("content[{j}].type"))?,
             None => {
                 return Err(TemplateError::at(
@@ -63,7 +71,8 @@ fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, Templa
             }
         };
         if kind == "text" {
-            let text = get(part, "text").map_err(|e| TemplateError::at(i, e.to_string()))?;
+            let text = get(part, pyo3::intern!(py, "text"))
+                .map_err(|e| TemplateError::at(i, e.to_string()))?;
             let text = text.ok_or_else(|| {
                 TemplateError::at(i, format!("content part {j} of type 'text' has no 'text'"))
             })?;
@@ -81,8 +90,8 @@ fn content_from_py(value: &Bound<'_, PyAny>, i: usize) -> Result<Content, Templa
 
 /// One message dict, with transformers' preprocessing: `None` values count as missing, and
 /// the reasoning aliases fold into `reasoning_content`.
-pub(super) fn message_from_py(
-    obj: &Bound<'_, PyAny>,
+pub(super) fn message_from_py<'py>(
+    obj: &Bound<'py, PyAny>,
     i: usize,
     raw: bool,
 ) -> Result<Message, TemplateError> {
@@ -95,34 +104,42 @@ pub(super) fn message_from_py(
             ),
         ));
     };
-    let field = |key: &str| get(dict, key).map_err(|e| TemplateError::at(i, e.to_string()));
+    let py = dict.py();
+    let field = |key: &Bound<'py, PyString>| {
+        get(dict, key).map_err(|e| TemplateError::at(i, e.to_string()))
+    };
     // A message the native formats do not model (content parts, no content, keys they do
     // not read) may be handed to the checkpoint's template: keep the whole dict for it.
     if raw || !plain_message(dict) {
         return raw_message_from_py(dict, i);
     }
-    let role = match field("role")? {
+    let role = match field(pyo3::intern!(py, "role"))? {
         Some(r) => string_field(&r, i, "role")?,
         None => return Err(TemplateError::at(i, "the message has no 'role'")),
     };
-    let content = field("content")?
+    let content = field(pyo3::intern!(py, "content"))?
         .map(|c| content_from_py(&c, i))
         .transpose()?;
     let mut reasoning_content = None;
-    for key in ["reasoning_content", "thinking", "reasoning"] {
+    for (key, name) in [
+        (pyo3::intern!(py, "reasoning_content"), "reasoning_content"),
+        (pyo3::intern!(py, "thinking"), "thinking"),
+        (pyo3::intern!(py, "reasoning"), "reasoning"),
+    ] {
         if let Some(r) = field(key)? {
-            reasoning_content = Some(string_field(&r, i, key)?);
+            reasoning_content = Some(string_field(&r, i, name)?);
             break;
         }
     }
-    let tool_calls = field("tool_calls")?.map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    let tool_calls =
+        field(pyo3::intern!(py, "tool_calls"))?.map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
     Ok(Message {
         role,
         content,
         reasoning_content,
         tool_calls,
         raw: None,
-        train: train_flag(field("train")?.as_ref(), i)?,
+        train: train_flag(field(pyo3::intern!(py, "train"))?.as_ref(), i)?,
     })
 }
 
@@ -167,7 +184,7 @@ fn plain_message(dict: &Bound<'_, PyDict>) -> bool {
 /// A message for the Jinja path: the whole dict as JSON (`None` values dropped, as
 /// transformers does), plus the fields chatids reads itself, parsed leniently (the template
 /// decides what it accepts).
-fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, TemplateError> {
+fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Message, TemplateError> {
     let mut map = serde_json::Map::new();
     for (key, value) in dict.iter() {
         if value.is_none() {
@@ -186,7 +203,7 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
     let role = match map.get("role") {
         Some(serde_json::Value::String(r)) => r.clone(),
         Some(_) => {
-            let value = get(dict, "role").ok().flatten();
+            let value = get(dict, pyo3::intern!(dict.py(), "role")).ok().flatten();
             let name = value.as_ref().map_or_else(|| "None".to_string(), type_name);
             return Err(TemplateError::at(
                 i,
@@ -195,20 +212,22 @@ fn raw_message_from_py(dict: &Bound<'_, PyDict>, i: usize) -> Result<Message, Te
         }
         None => return Err(TemplateError::at(i, "the message has no 'role'")),
     };
-    let field = |key: &str| get(dict, key).ok().flatten();
+    let py = dict.py();
+    let field = |key: &Bound<'py, PyString>| get(dict, key).ok().flatten();
     // A str content is in `map` already (converted once: encoding a long non-ASCII str to
     // UTF-8 is most of a message's conversion).
     let content = match map.get("content") {
         Some(serde_json::Value::String(text)) => Some(Content::Text(text.clone())),
-        _ => field("content")
+        _ => field(pyo3::intern!(py, "content"))
             .map(|c| content_from_py(&c, i))
             .transpose()?,
     };
     let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
         .iter()
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
-    let tool_calls = field("tool_calls").map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
-    let train = train_flag(field("train").as_ref(), i)?;
+    let tool_calls =
+        field(pyo3::intern!(py, "tool_calls")).map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    let train = train_flag(field(pyo3::intern!(py, "train")).as_ref(), i)?;
     Ok(Message {
         role,
         content,
@@ -227,16 +246,35 @@ pub const MAX_NESTING: usize = 128;
 /// A Python value as JSON (str, int, float, bool, None, lists/tuples and str-keyed dicts);
 /// `path` names it in errors.
 fn json_from_py(value: &Bound<'_, PyAny>, path: &str) -> Result<serde_json::Value, String> {
-    json_from_py_at(value, path, 0)
+    json_from_py_at(value, &Path::Root(path), 0)
+}
+
+/// Where a value sits inside the value being converted (`tools[0].function`), spelled out
+/// only when an error names it.
+enum Path<'a> {
+    Root(&'a str),
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
+            Path::Index(parent, j) => write!(f, "{parent}[{j}]"),
+        }
+    }
 }
 
 fn json_from_py_at(
     value: &Bound<'_, PyAny>,
-    path: &str,
+    path: &Path<'_>,
     depth: usize,
 ) -> Result<serde_json::Value, String> {
     use serde_json::Value;
     if depth > MAX_NESTING {
+        let path = path.to_string();
         let shown: String = path.chars().take(60).collect();
         let more = if shown.len() < path.len() { "..." } else { "" };
         return Err(format!(
@@ -275,7 +313,7 @@ fn json_from_py_at(
             let Ok(k) = k.extract::<String>() else {
                 return Err(format!("{path}: dict keys must be str"));
             };
-            let inner = json_from_py_at(&v, &format!("{path}.{k}"), depth + 1)?;
+            let inner = json_from_py_at(&v, &Path::Key(path, &k), depth + 1)?;
             map.insert(k, inner);
         }
         return Ok(Value::Object(map));
@@ -293,7 +331,7 @@ fn json_from_py_at(
     items
         .iter()
         .enumerate()
-        .map(|(j, v)| json_from_py_at(v, &format!("{path}[{j}]"), depth + 1))
+        .map(|(j, v)| json_from_py_at(v, &Path::Index(path, j), depth + 1))
         .collect::<Result<Vec<_>, _>>()
         .map(Value::Array)
 }
