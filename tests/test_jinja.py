@@ -363,6 +363,19 @@ CTX = {
 }
 
 SNIPPETS = [
+    # `+` chains (one call for the whole chain in chatids): literal and non-literal steps,
+    # numbers, lists, tuples, Markup, errors at a literal step and at a Python step, a
+    # chain longer than one call takes, and right-nested and parenthesized operands
+    "{{ '<' + s + '>' + q + '|' + uni }}|{{ s + q + uni }}|{{ i + 1 + 2 }}|{{ fl + i + 1 }}|{{ lst + [4] + lst }}|{{ (1, 2) + (3,) + (4,) }}|{{ ('a' + 'b') + s + ('c' + q) }}|{{ s + empty + '' + empty }}",
+    "{{ 'x' + s + i + 'y' }}",
+    "{{ s + q + i }}",
+    "{{ s + missing + 'x' }}",
+    "{{ 'x' + n + s }}",
+    "{{ ('<b>' | safe) + '<i>' + s + ('<u>' | e) + q }}|{{ s + ('<b>' | safe) + '<' }}",
+    "{{ nested | tojson + ', ' + s + (d | tojson) }}",
+    "{{ '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s + '<'  + s }}",
+    # trim and strip with nothing to remove return the same string
+    "{{ s | trim }}|{{ 'abc' | trim }}|{{ ('<b> ' | safe) | trim }}|{{ ('<b>' | safe) | trim }}|{{ 'x'.strip() }}|{{ ' x'.strip() }}|{{ 'x '.rstrip() }}|{{ 'xyx'.strip('y') }}|{{ 'xyx'.strip('x') }}|{{ i | trim }}",
     # calls with *args / **kwargs, macros taking varargs / kwargs, macros held in values
     "{% macro m(a, b) %}{{ a }}-{{ b }}{% endmacro %}{% set args = [1, 2] %}{{ m(*args) }}{{ m(**{'a': 3, 'b': 4}) }}{{ m(5, *[6]) }}{{ m(*[7], b=8) }}",
     "{% macro m(a, b=a ~ '!') %}{{ a }}-{{ b }}{% endmacro %}{{ m(*['x']) }}{% set ms = [m] %}{{ ms[0]('y') }}{{ ms[0](none) }}{{ ms[0]('z', b=none) }}",

@@ -31,13 +31,18 @@ pub fn bind(
     params: &[&str],
     keywords: bool,
 ) -> Result<Vec<Option<Value>>, Error> {
+    if !args.last().is_some_and(Value::is_kwargs) {
+        // Positional only (most calls): no split.
+        if args.len() > params.len() {
+            return Err(too_many(fname, params.len(), args.len()));
+        }
+        let mut out: Vec<Option<Value>> = args.iter().cloned().map(Some).collect();
+        out.resize(params.len(), None);
+        return Ok(out);
+    }
     let (pos, kw) = split_args(args)?;
     if pos.len() > params.len() {
-        return Err(err(format!(
-            "{fname}() takes at most {} arguments ({} given)",
-            params.len(),
-            pos.len()
-        )));
+        return Err(too_many(fname, params.len(), pos.len()));
     }
     let mut out: Vec<Option<Value>> = params.iter().map(|_| None).collect();
     for (i, v) in pos.into_iter().enumerate() {
@@ -62,6 +67,12 @@ pub fn bind(
         }
     }
     Ok(out)
+}
+
+fn too_many(fname: &str, params: usize, given: usize) -> Error {
+    err(format!(
+        "{fname}() takes at most {params} arguments ({given} given)"
+    ))
 }
 
 /// The required argument `i` of a bound call.

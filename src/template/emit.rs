@@ -22,6 +22,9 @@ use super::scope::{
     loop_names, stored_first,
 };
 
+/// The most `+` steps one `__cj_addn` call takes (one bit each in its mask).
+const ADD_CHAIN_MAX: usize = 32;
+
 /// The result of translating a template.
 pub struct Emitted {
     pub source: String,
@@ -519,6 +522,38 @@ impl Emitter {
         })
     }
 
+    /// `a + b + c ...` (two or more `+` along the left side) as one `__cj_addn` call: the
+    /// operands are evaluated in order, as before, and added left to right with each step's own
+    /// rule (MiniJinja's `+` where one side is a string literal, Python's otherwise; see
+    /// [`super::ops::add_chain`]), but a chain of plain strings is built in one allocation
+    /// instead of a new string per step. At most [`ADD_CHAIN_MAX`] steps per call: a longer
+    /// chain's head is itself a chain.
+    fn add_chain(&mut self, e: &Expr) -> Result<String, String> {
+        let mut steps: Vec<&Expr> = Vec::new();
+        let mut head = e;
+        while let Expr::BinOp(BinOp::Add, x, y) = head {
+            if steps.len() == ADD_CHAIN_MAX {
+                break;
+            }
+            steps.push(y);
+            head = x;
+        }
+        steps.reverse();
+        let is_str = |e: &Expr| matches!(e, Expr::Const(Const::Str(_)));
+        let mut native: u64 = 0;
+        for (i, y) in steps.iter().enumerate() {
+            if !self.markup_add && ((i == 0 && is_str(head)) || is_str(y)) {
+                native |= 1 << i;
+            }
+        }
+        let head = self.atom(head)?;
+        let mut args = vec![native.to_string()];
+        for y in steps {
+            args.push(self.expr(y)?);
+        }
+        Ok(format!("({head}|__cj_addn({}))", args.join(", ")))
+    }
+
     fn expr(&mut self, e: &Expr) -> Result<String, String> {
         Ok(match e {
             Expr::Name(n) => {
@@ -572,6 +607,9 @@ impl Emitter {
             }
             Expr::Not(a) => format!("(not {})", self.expr(a)?),
             Expr::Compare(first, ops) => self.compare(first, ops)?,
+            Expr::BinOp(BinOp::Add, x, _) if matches!(x.as_ref(), Expr::BinOp(BinOp::Add, ..)) => {
+                self.add_chain(e)?
+            }
             Expr::BinOp(op, x, y) => {
                 // MiniJinja's `+` is Python's when one side is a string literal (str + str, or
                 // an error); otherwise tuples, lists and Markup need Python's rules.

@@ -210,17 +210,28 @@ pub fn lookup(name: &str) -> Option<FilterFn> {
         "tojson" => tojson,
         "trim" => |v, a| {
             let b = bind("trim", a, &["chars"], true)?;
-            let s = py_str(v)?;
+            let owned;
+            let s = match v.as_str() {
+                Some(s) => s,
+                None => {
+                    owned = py_str(v)?;
+                    &owned
+                }
+            };
             let out = match &b[0] {
                 Some(c) if !c.is_none() => {
                     let chars = c
                         .as_str()
                         .ok_or_else(|| err("strip arg must be None or str"))?;
-                    s.trim_matches(|ch| chars.contains(ch)).to_string()
+                    s.trim_matches(|ch| chars.contains(ch))
                 }
-                _ => s.trim_matches(unicode::is_space).to_string(),
+                _ => s.trim_matches(unicode::is_space),
             };
-            keep_markup(v, out)
+            // A string with nothing to trim is itself (no copy; `Markup` stays `Markup`).
+            if out.len() == s.len() && v.as_str().is_some() {
+                return Ok(v.clone());
+            }
+            keep_markup(v, out.to_string())
         },
         "truncate" => truncate,
         "unique" => unique,

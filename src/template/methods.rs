@@ -193,7 +193,7 @@ fn adjust(start: &Option<Value>, end: &Option<Value>, len: usize) -> Result<(i12
     Ok((s, e))
 }
 
-fn strip(s: &str, chars: Option<&str>, left: bool, right: bool) -> String {
+fn strip<'s>(s: &'s str, chars: Option<&str>, left: bool, right: bool) -> &'s str {
     let pred = |c: char| match chars {
         None => unicode::is_space(c),
         Some(set) => set.contains(c),
@@ -205,7 +205,7 @@ fn strip(s: &str, chars: Option<&str>, left: bool, right: bool) -> String {
     if right {
         t = t.trim_end_matches(pred);
     }
-    t.to_string()
+    t
 }
 
 /// Python's `str.split(sep, maxsplit)`.
@@ -448,7 +448,11 @@ fn str_method(value: &Value, name: &str, args: &[Value]) -> Result<Value, Error>
         "strip" | "lstrip" | "rstrip" => {
             let a = b(&["chars"])?;
             let chars = opt_str(&a[0], "strip arg")?;
-            Value::from(strip(s, chars, name != "rstrip", name != "lstrip"))
+            match strip(s, chars, name != "rstrip", name != "lstrip") {
+                // Nothing stripped: the same string (no copy).
+                t if t.len() == s.len() => value.clone(),
+                t => Value::from(t),
+            }
         }
         "split" | "rsplit" => {
             let a = bind(name, args, &["sep", "maxsplit"], true)?;

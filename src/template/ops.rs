@@ -20,11 +20,21 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_filter("__cj_tuple", |v: Value| -> Result<Value, Error> {
         Ok(new_tuple(py_iter(&v)?))
     });
-    env.add_filter("__cj_concat", concat);
+    env.add_filter("__cj_concat", |args: &[Value]| concat(args));
     env.add_filter("__cj_div", |a: Value, b: Value| true_div(&a, &b));
     env.add_filter("__cj_floordiv", |a: Value, b: Value| floor_div(&a, &b));
     env.add_filter("__cj_mod", |a: Value, b: Value| modulo(&a, &b));
     env.add_filter("__cj_add", |a: Value, b: Value| py_add(&a, &b));
+    // Borrowed arguments: the operands are not cloned into a list first.
+    env.add_filter("__cj_addn", |args: &[Value]| -> Result<Value, Error> {
+        match args {
+            [head, native, rest @ ..] => {
+                let native = native.as_usize().ok_or_else(|| err("__cj_addn: no mask"))?;
+                add_chain(head, native as u64, rest)
+            }
+            _ => Err(err("__cj_addn: missing operands")),
+        }
+    });
     env.add_filter("__cj_pow", |a: Value, b: Value| py_pow(&a, &b));
     env.add_filter("__cj_int", |s: String| -> Result<Value, Error> {
         s.parse::<i128>()
@@ -259,13 +269,23 @@ fn loop_iterable(v: Value) -> Result<Value, Error> {
     }
 }
 
-/// `a ~ b ~ ...`: the `str()` of each, joined.
-fn concat(first: Value, rest: Rest<Value>) -> Result<Value, Error> {
-    let mut out = py_str(&first)?;
-    for v in rest.iter() {
-        let s = py_str(v)?;
+/// `a ~ b ~ ...`: the `str()` of each, joined (a string operand is read in place).
+fn concat(args: &[Value]) -> Result<Value, Error> {
+    let Some((first, rest)) = args.split_first() else {
+        return Err(err("__cj_concat: missing operands"));
+    };
+    let mut out = py_str(first)?;
+    for v in rest {
+        let owned;
+        let s = match v.as_str() {
+            Some(s) => s,
+            None => {
+                owned = py_str(v)?;
+                &owned
+            }
+        };
         check_len(out.len() + s.len())?;
-        out.push_str(&s);
+        out.push_str(s);
     }
     Ok(Value::from(out))
 }
@@ -399,8 +419,8 @@ pub fn py_add(a: &Value, b: &Value) -> Result<Value, Error> {
             );
             check_size((x.len() + y.len()) as i128)?;
             Ok(match (a.is_safe(), b.is_safe()) {
-                (false, false) => Value::from(format!("{x}{y}")),
-                (true, true) => Value::from_safe_string(format!("{x}{y}")),
+                (false, false) => Value::from([x, y].concat()),
+                (true, true) => Value::from_safe_string([x, y].concat()),
                 (true, false) => Value::from_safe_string(format!("{x}{}", escape_html(y))),
                 (false, true) => Value::from_safe_string(format!("{}{y}", escape_html(x))),
             })
@@ -412,6 +432,65 @@ pub fn py_add(a: &Value, b: &Value) -> Result<Value, Error> {
             type_name(a),
             type_name(b)
         ))),
+    }
+}
+
+/// `head + rest[0] + rest[1] ...`, left to right, step `i` by MiniJinja's `+` where bit `i`
+/// of `native` is set (the emitter's rule: one side a string literal) and by [`py_add`]
+/// otherwise. Operands that are all plain strings (no `Markup`) concatenate the same way
+/// under both rules, so their sum is built at once; the size limit applies where a
+/// [`py_add`] step would check it.
+pub fn add_chain(head: &Value, native: u64, rest: &[Value]) -> Result<Value, Error> {
+    fn plain(v: &Value) -> Option<&str> {
+        v.as_str().filter(|_| !v.is_safe())
+    }
+    if let Some(first) = plain(head) {
+        let mut total = Some(first.len());
+        for (i, v) in rest.iter().enumerate() {
+            let Some(part) = plain(v) else {
+                total = None;
+                break;
+            };
+            let sum = total.unwrap_or(0) + part.len();
+            if native & (1 << i) == 0 {
+                check_size(sum as i128)?;
+            }
+            total = Some(sum);
+        }
+        if let Some(total) = total {
+            let mut out = String::with_capacity(total);
+            out.push_str(first);
+            for v in rest {
+                out.push_str(v.as_str().unwrap_or_default());
+            }
+            return Ok(Value::from(out));
+        }
+    }
+    let mut sum = head.clone();
+    for (i, v) in rest.iter().enumerate() {
+        sum = if native & (1 << i) != 0 {
+            minijinja_add(&sum, v)?
+        } else {
+            py_add(&sum, v)?
+        };
+    }
+    Ok(sum)
+}
+
+/// MiniJinja's own `+` where one operand is a string (what the emitter leaves to it): two
+/// strings concatenate into a plain string, whatever their `Markup` flag; anything else is
+/// MiniJinja's error.
+fn minijinja_add(a: &Value, b: &Value) -> Result<Value, Error> {
+    match (a.as_str(), b.as_str()) {
+        (Some(x), Some(y)) => Ok(Value::from([x, y].concat())),
+        _ => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "tried to use + operator on unsupported types {} and {}",
+                a.kind(),
+                b.kind()
+            ),
+        )),
     }
 }
 
