@@ -14,7 +14,7 @@ use super::ops::{escape_html, getattr, int_value, py_add, py_cmp, py_eq, py_geti
 use super::predicates::call_test;
 use super::pyvalue::{
     as_float, as_int, check_len, check_size, err, kind, new_iter, new_list, new_named_tuple,
-    new_tuple, py_iter, py_len, py_str, to_json, type_name, Dict, JsonOptions, Kind,
+    new_tuple, py_iter, py_len, py_str, py_str_ref, to_json, type_name, Dict, JsonOptions, Kind,
 };
 use super::unicode;
 
@@ -210,14 +210,7 @@ pub fn lookup(name: &str) -> Option<FilterFn> {
         "tojson" => tojson,
         "trim" => |v, a| {
             let b = bind("trim", a, &["chars"], true)?;
-            let owned;
-            let s = match v.as_str() {
-                Some(s) => s,
-                None => {
-                    owned = py_str(v)?;
-                    &owned
-                }
-            };
+            let s = py_str_ref(v)?;
             let out = match &b[0] {
                 Some(c) if !c.is_none() => {
                     let chars = c

@@ -11,7 +11,7 @@ use minijinja::{Environment, Error, ErrorKind};
 use super::methods::{is_unsafe_method, type_has_method};
 use super::pyvalue::{
     as_float, as_int, check_len, check_size, err, kind, new_list, new_tuple, py_iter, py_str,
-    type_name, BoundMethod, Dict, Kind, PyView, ViewKind,
+    py_str_ref, type_name, BoundMethod, Dict, Kind, PyView, ViewKind,
 };
 
 /// Register the helper filters.
@@ -276,16 +276,9 @@ fn concat(args: &[Value]) -> Result<Value, Error> {
     };
     let mut out = py_str(first)?;
     for v in rest {
-        let owned;
-        let s = match v.as_str() {
-            Some(s) => s,
-            None => {
-                owned = py_str(v)?;
-                &owned
-            }
-        };
+        let s = py_str_ref(v)?;
         check_len(out.len() + s.len())?;
-        out.push_str(s);
+        out.push_str(&s);
     }
     Ok(Value::from(out))
 }

@@ -527,6 +527,14 @@ fn write_py(v: &Value, out: &mut String, repr: bool, depth: usize) -> Result<(),
     Ok(())
 }
 
+/// [`py_str`], borrowing a string value's text instead of copying it.
+pub fn py_str_ref(v: &Value) -> Result<std::borrow::Cow<'_, str>, Error> {
+    match v.as_str() {
+        Some(s) => Ok(std::borrow::Cow::Borrowed(s)),
+        None => py_str(v).map(std::borrow::Cow::Owned),
+    }
+}
+
 /// Python's `str(v)` (jinja2's `{{ v }}`; undefined prints as "").
 pub fn py_str(v: &Value) -> Result<String, Error> {
     if let Some(s) = v.as_str() {
