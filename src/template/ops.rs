@@ -434,30 +434,21 @@ pub fn py_add(a: &Value, b: &Value) -> Result<Value, Error> {
 /// under both rules, so their sum is built at once; the size limit applies where a
 /// [`py_add`] step would check it.
 pub fn add_chain(head: &Value, native: u64, rest: &[Value]) -> Result<Value, Error> {
-    fn plain(v: &Value) -> Option<&str> {
-        v.as_str().filter(|_| !v.is_safe())
-    }
-    if let Some(first) = plain(head) {
-        let mut total = Some(first.len());
+    let plain = |v: &Value| v.as_str().is_some() && !v.is_safe();
+    if plain(head) && rest.iter().all(plain) {
+        let len = |v: &Value| v.as_str().map_or(0, str::len);
+        let mut total = len(head);
         for (i, v) in rest.iter().enumerate() {
-            let Some(part) = plain(v) else {
-                total = None;
-                break;
-            };
-            let sum = total.unwrap_or(0) + part.len();
+            total += len(v);
             if native & (1 << i) == 0 {
-                check_size(sum as i128)?;
+                check_size(total as i128)?;
             }
-            total = Some(sum);
         }
-        if let Some(total) = total {
-            let mut out = String::with_capacity(total);
-            out.push_str(first);
-            for v in rest {
-                out.push_str(v.as_str().unwrap_or_default());
-            }
-            return Ok(Value::from(out));
+        let mut out = String::with_capacity(total);
+        for v in std::iter::once(head).chain(rest) {
+            out.push_str(v.as_str().unwrap_or_default());
         }
+        return Ok(Value::from(out));
     }
     let mut sum = head.clone();
     for (i, v) in rest.iter().enumerate() {
