@@ -8,16 +8,14 @@
 //! goes on after it); `lstrip`/`rstrip` tokens take the whitespace before/after them along.
 //! Word characters and whitespace are the `regex` crate's `\w` and `\s`, as in the crate.
 //!
-//! The search: aho-corasick's own prefilter looks for the patterns' first bytes when there are
-//! at most three of them (`<` for most tokenizers), and walks the automaton over every byte
-//! otherwise. When there are four to six (Gemma 3's 6,415 tokens start with one of five), the
-//! matcher looks for them itself: the text is scanned with `memchr3` (twice) and the automaton
-//! runs anchored at each byte found, so the bytes between
-//! candidates are not walked one by one; a candidate whose next byte follows that first byte in
-//! no pattern is passed over without the automaton (`’` starts like `▁` but goes on otherwise).
-//! The leftmost-longest match is the longest pattern at the first position where any pattern
-//! matches, so both searches give the same matches.
-//! Otherwise the automaton walks the whole text (`find_iter`).
+//! The search. aho-corasick's own prefilter looks for the patterns' first bytes when there are
+//! at most three of them (`<` for most tokenizers); with more, its automaton walks every byte
+//! of the text. With four to six (Gemma 3's 6,415 tokens start with one of five) the matcher
+//! looks for them itself ([`Starts`]): `memchr3` twice finds the next candidate, a candidate
+//! whose next byte follows its first byte in no pattern is passed over (`’` starts with the
+//! same byte as `▁`), and the automaton runs anchored at the others. The leftmost-longest match
+//! is the longest pattern at the first position where any pattern matches, so both searches
+//! give the same matches.
 
 use std::sync::LazyLock;
 
@@ -47,11 +45,36 @@ pub struct Matcher {
     patterns: Vec<String>,
     /// Whether any token has a flag that needs the text around a match.
     flags: bool,
-    /// The patterns' first bytes in groups of at most three, if there are at most six.
-    starts: Option<Vec<Group>>,
+    /// The search from the first bytes, when the matcher does it (four to six first bytes).
+    starts: Option<Starts>,
+}
+
+/// What the matcher's own search looks for.
+struct Starts {
+    /// The patterns' first bytes, in groups of at most three.
+    groups: Vec<Group>,
     /// For each first byte, the bytes that follow it in a pattern, as a bit set (all of them
     /// when the byte alone is a pattern).
     follows: Box<[Bytes; 256]>,
+}
+
+impl Starts {
+    /// The search for `patterns`, or `None` if one is empty or they start with more than six
+    /// distinct bytes.
+    fn new(patterns: &[String]) -> Option<Starts> {
+        let groups = Group::all(&first_bytes(patterns)?)?;
+        let mut follows = Box::new([[0u64; 4]; 256]);
+        for p in patterns {
+            match *p.as_bytes() {
+                [first] => follows[usize::from(first)] = [u64::MAX; 4],
+                [first, second, ..] => {
+                    follows[usize::from(first)][usize::from(second >> 6)] |= 1 << (second & 63)
+                }
+                [] => {}
+            }
+        }
+        Some(Starts { groups, follows })
+    }
 }
 
 /// A set of bytes.
@@ -166,16 +189,16 @@ impl Iterator for Matches<'_, '_> {
     }
 }
 
-/// The patterns' distinct first bytes, or none if a pattern is empty (it matches anywhere:
+/// The patterns' distinct first bytes, or `None` if a pattern is empty (it matches anywhere:
 /// there is no byte to look for).
-fn first_bytes(patterns: &[String]) -> Vec<u8> {
-    if patterns.iter().any(|p| p.is_empty()) {
-        return Vec::new();
-    }
-    let mut first: Vec<u8> = patterns.iter().filter_map(|p| p.bytes().next()).collect();
+fn first_bytes(patterns: &[String]) -> Option<Vec<u8>> {
+    let mut first = patterns
+        .iter()
+        .map(|p| p.bytes().next())
+        .collect::<Option<Vec<u8>>>()?;
     first.sort_unstable();
     first.dedup();
-    first
+    Some(first)
 }
 
 /// A piece of text: a stretch to encode, or an added token.
@@ -202,9 +225,8 @@ impl Matcher {
         if sorted.windows(2).any(|w| w[0] == w[1]) {
             return Err("two added tokens have the same text".into());
         }
-        let first = first_bytes(&patterns);
-        let starts = match first.len() {
-            4..=6 => Group::all(&first),
+        let starts = match first_bytes(&patterns).map(|f| f.len()) {
+            Some(4..=6) => Starts::new(&patterns),
             _ => None,
         };
         Self::build(tokens, patterns, starts)
@@ -213,7 +235,7 @@ impl Matcher {
     fn build(
         tokens: Vec<AddedToken>,
         patterns: Vec<String>,
-        starts: Option<Vec<Group>>,
+        starts: Option<Starts>,
     ) -> Result<Option<Self>, String> {
         let automaton = AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
@@ -225,23 +247,12 @@ impl Matcher {
             .build(&patterns)
             .map_err(|e| format!("cannot build the added-token matcher: {e}"))?;
         let flags = tokens.iter().any(|t| t.single_word || t.lstrip || t.rstrip);
-        let mut follows = Box::new([[0u64; 4]; 256]);
-        for p in &patterns {
-            match *p.as_bytes() {
-                [first] => follows[usize::from(first)] = [u64::MAX; 4],
-                [first, second, ..] => {
-                    follows[usize::from(first)][usize::from(second >> 6)] |= 1 << (second & 63)
-                }
-                [] => {}
-            }
-        }
         Ok(Some(Matcher {
             automaton,
             tokens,
             patterns,
             flags,
             starts,
-            follows,
         }))
     }
 
@@ -249,10 +260,10 @@ impl Matcher {
     #[inline]
     fn matches<'m, 't>(&'m self, text: &'t str) -> Matches<'m, 't> {
         match &self.starts {
-            Some(groups) => Matches::Starts {
+            Some(Starts { groups, follows }) => Matches::Starts {
                 automaton: &self.automaton,
                 groups,
-                follows: &self.follows,
+                follows,
                 text: text.as_bytes(),
                 at: 0,
                 next: [None; 2],
@@ -377,7 +388,7 @@ mod tests {
     /// The first-byte search, whatever the number of first bytes (up to six).
     fn searching(tokens: &[AddedToken]) -> Matcher {
         let patterns: Vec<String> = tokens.iter().map(|t| t.content.clone()).collect();
-        let starts = Group::all(&first_bytes(&patterns));
+        let starts = Starts::new(&patterns);
         assert!(starts.is_some());
         Matcher::build(tokens.to_vec(), patterns, starts)
             .unwrap()
@@ -396,7 +407,7 @@ mod tests {
             token(6, "\t\t", 0),
         ];
         let m = matcher(&tokens);
-        assert_eq!(m.starts.as_ref().map(Vec::len), Some(2));
+        assert_eq!(m.starts.as_ref().map(|s| s.groups.len()), Some(2));
         let text = "a\nb\n\n\nc<tab<table>\u{2581}x\u{2581}\u{2581}\u{2581}[@BOS@]\t\t\n\n";
         let at = |s: &str| text.find(s).unwrap();
         let (t3, bos) = (at("<table>"), at("[@BOS@]"));
@@ -482,9 +493,9 @@ mod tests {
                     tokens.push(token(id, &content, next(8) as u8));
                 }
             }
-            if first_bytes(&tokens.iter().map(|t| t.content.clone()).collect::<Vec<_>>()).len() > 6
-            {
-                continue;
+            let patterns: Vec<String> = tokens.iter().map(|t| t.content.clone()).collect();
+            if Starts::new(&patterns).is_none() {
+                continue; // more than six first bytes
             }
             let (fast, walk) = (searching(&tokens), walking(&tokens));
             for _ in 0..20 {
