@@ -934,13 +934,8 @@ mod tests {
             "<|im_end|>x",
             "é",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut rng = crate::text::TestRng(0x2545_f491_4f6c_dd1d);
+        let mut next = |n: usize| rng.below(n);
         let eot = crate::pieces::TemplateToken {
             id: 2,
             text: "<|im_end|>".into(),

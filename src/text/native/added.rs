@@ -475,13 +475,8 @@ mod tests {
     #[test]
     fn the_first_byte_search_equals_the_walk() {
         let alphabet = ["a", "b", " ", "\n", "<", ">", "\u{e9}", "\u{2581}", "x"];
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut rng = crate::text::TestRng(0x9e37_79b9_7f4a_7c15);
+        let mut next = |n: usize| rng.below(n);
         let mut checked = 0;
         for _ in 0..400 {
             let mut tokens: Vec<AddedToken> = Vec::new();
