@@ -59,10 +59,10 @@ struct Starts {
 }
 
 impl Starts {
-    /// The search for `patterns`, or `None` if one is empty or they start with more than six
-    /// distinct bytes.
-    fn new(patterns: &[String]) -> Option<Starts> {
-        let groups = Group::all(&first_bytes(patterns)?)?;
+    /// The search for `patterns`, whose distinct first bytes are `first`; `None` if there are
+    /// more than six of those.
+    fn new(first: &[u8], patterns: &[String]) -> Option<Starts> {
+        let groups = Group::all(first)?;
         let mut follows = Box::new([[0u64; 4]; 256]);
         for p in patterns {
             match *p.as_bytes() {
@@ -128,8 +128,7 @@ enum Matches<'m, 't> {
     /// position of group `g`'s bytes at or after the last search (the text's length if none).
     Starts {
         automaton: &'m AhoCorasick,
-        groups: &'m [Group],
-        follows: &'m [Bytes; 256],
+        starts: &'m Starts,
         text: &'t [u8],
         at: usize,
         next: [Option<usize>; 2],
@@ -146,14 +145,13 @@ impl Iterator for Matches<'_, '_> {
             Matches::Walk(it) => it.next(),
             Matches::Starts {
                 automaton,
-                groups,
-                follows,
+                starts,
                 text,
                 at,
                 next,
             } => loop {
                 let mut candidate = text.len();
-                for (group, next) in groups.iter().zip(next.iter_mut()) {
+                for (group, next) in starts.groups.iter().zip(next.iter_mut()) {
                     let hit = match *next {
                         Some(n) if n >= *at => n,
                         _ => {
@@ -169,7 +167,7 @@ impl Iterator for Matches<'_, '_> {
                     return None;
                 }
                 if let Some(&b) = text.get(candidate + 1) {
-                    if !has(&follows[usize::from(text[candidate])], b) {
+                    if !has(&starts.follows[usize::from(text[candidate])], b) {
                         *at = candidate + 1;
                         continue;
                     }
@@ -225,8 +223,8 @@ impl Matcher {
         if sorted.windows(2).any(|w| w[0] == w[1]) {
             return Err("two added tokens have the same text".into());
         }
-        let starts = match first_bytes(&patterns).map(|f| f.len()) {
-            Some(4..=6) => Starts::new(&patterns),
+        let starts = match first_bytes(&patterns) {
+            Some(first) if (4..=6).contains(&first.len()) => Starts::new(&first, &patterns),
             _ => None,
         };
         Self::build(tokens, patterns, starts)
@@ -260,10 +258,9 @@ impl Matcher {
     #[inline]
     fn matches<'m, 't>(&'m self, text: &'t str) -> Matches<'m, 't> {
         match &self.starts {
-            Some(Starts { groups, follows }) => Matches::Starts {
+            Some(starts) => Matches::Starts {
                 automaton: &self.automaton,
-                groups,
-                follows,
+                starts,
                 text: text.as_bytes(),
                 at: 0,
                 next: [None; 2],
@@ -310,7 +307,11 @@ impl Matcher {
     /// Whether `text` holds any of the tokens (a quick test before [`Matcher::split`]).
     #[inline]
     pub fn occurs_in(&self, text: &str) -> bool {
-        self.matches(text).next().is_some()
+        match self.starts {
+            // Any match, the earliest found: aho-corasick's own search.
+            None => self.automaton.is_match(text),
+            Some(_) => self.matches(text).next().is_some(),
+        }
     }
 
     /// Cut `text` into stretches and tokens (offsets into `text`), calling `emit` in order.
@@ -388,7 +389,7 @@ mod tests {
     /// The first-byte search, whatever the number of first bytes (up to six).
     fn searching(tokens: &[AddedToken]) -> Matcher {
         let patterns: Vec<String> = tokens.iter().map(|t| t.content.clone()).collect();
-        let starts = Starts::new(&patterns);
+        let starts = Starts::new(&first_bytes(&patterns).unwrap(), &patterns);
         assert!(starts.is_some());
         Matcher::build(tokens.to_vec(), patterns, starts)
             .unwrap()
@@ -489,7 +490,7 @@ mod tests {
                 }
             }
             let patterns: Vec<String> = tokens.iter().map(|t| t.content.clone()).collect();
-            if Starts::new(&patterns).is_none() {
+            if first_bytes(&patterns).unwrap().len() > 6 {
                 continue; // more than six first bytes
             }
             let (fast, walk) = (searching(&tokens), walking(&tokens));
