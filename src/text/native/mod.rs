@@ -659,10 +659,10 @@ fn spaces_to_meta(
         out.push('\u{2581}');
     }
     let mut from = 0;
-    for i in memchr::memchr_iter(b' ', text.as_bytes()) {
-        out.push_str(&text[from..i]);
+    while let Some(i) = find_byte(b' ', &text.as_bytes()[from..]) {
+        out.push_str(&text[from..from + i]);
         out.push('\u{2581}');
-        from = i + 1;
+        from += i + 1;
     }
     out.push_str(&text[from..]);
     if let Some(origins) = origins {
@@ -675,6 +675,31 @@ fn spaces_to_meta(
             origins.extend(std::iter::repeat_n(origin.at(i), n));
         }
     }
+}
+
+/// The first `needle` in `hay`. Words are short (a space every six bytes or so in prose), and
+/// `memchr`'s setup costs more than a few words' scan, so the first 32 bytes are looked at
+/// eight at a time (a byte equal to `needle` is a zero byte of `word ^ needle * 0x01..01`;
+/// the lowest byte the zero-byte test flags is the first zero, as a borrow only runs upward),
+/// and `memchr` searches the rest.
+#[inline]
+fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let pattern = LO * u64::from(needle);
+    let mut at = 0;
+    while let Some(chunk) = hay.get(at..at + 8) {
+        if at == 32 {
+            return memchr::memchr(needle, &hay[at..]).map(|i| at + i);
+        }
+        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes")) ^ pattern;
+        let zero = x.wrapping_sub(LO) & !x & HI;
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    hay[at..].iter().position(|&b| b == needle).map(|i| at + i)
 }
 
 /// Whether NFC leaves `text` unchanged, by the quick check (Unicode 18 tables: a character

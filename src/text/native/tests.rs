@@ -262,3 +262,32 @@ fn merges_read_as_pairs_or_joined_strings() {
         assert!(read(bad.clone()).is_err(), "{bad}");
     }
 }
+
+/// `find_byte` (eight bytes at a time up to the 32nd, `memchr` after) finds what `memchr`
+/// finds, with the needle in each eight-byte step, past the 32nd byte, in the tail, and absent.
+#[test]
+fn find_byte_equals_memchr() {
+    let mut rng = crate::text::TestRng(7);
+    for _ in 0..5_000 {
+        let len = rng.below(80);
+        let hay: Vec<u8> = (0..len).map(|_| [b'a', b' ', 0xE2][rng.below(3)]).collect();
+        // Mostly without the needle for a while, so that it falls on every position.
+        let hay: Vec<u8> = match rng.below(2) {
+            0 => hay,
+            _ => {
+                let at = rng.below(len + 1);
+                hay.iter()
+                    .enumerate()
+                    .map(|(i, &b)| if i < at && b == b' ' { b'a' } else { b })
+                    .collect()
+            }
+        };
+        for needle in [b' ', 0xE2, b'z'] {
+            assert_eq!(
+                super::find_byte(needle, &hay),
+                memchr::memchr(needle, &hay),
+                "{hay:?} {needle}"
+            );
+        }
+    }
+}

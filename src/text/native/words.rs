@@ -102,7 +102,7 @@ impl WordCutter {
         let mut start = 0;
         let mut meta_end = 0;
         let mut from = 0;
-        while let Some(i) = memchr::memchr(META[0], &text[from..]) {
+        while let Some(i) = super::find_byte(META[0], &text[from..]) {
             let pos = from + i;
             if text[pos..].starts_with(META) {
                 if pos != meta_end && !is_blocked(pos) {
