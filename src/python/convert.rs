@@ -185,7 +185,7 @@ fn plain_message(dict: &Bound<'_, PyDict>) -> bool {
 /// transformers does), plus the fields chatids reads itself, parsed leniently (the template
 /// decides what it accepts).
 fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Message, TemplateError> {
-    let mut map = serde_json::Map::new();
+    let mut entries: Vec<(String, serde_json::Value)> = Vec::with_capacity(dict.len());
     for (key, value) in dict.iter() {
         if value.is_none() {
             continue;
@@ -194,13 +194,16 @@ fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Messa
             return Err(TemplateError::at(i, "message keys must be str"));
         };
         let json = json_from_py(&value, &key).map_err(|e| TemplateError::at(i, e))?;
-        map.insert(key, json);
+        entries.push((key, json));
     }
+    // The fields chatids reads itself, found among the few entries by their keys (a lookup in
+    // the map hashes the key with SipHash each time).
+    let entry = |name: &str| entries.iter().find(|(k, _)| k == name).map(|(_, v)| v);
     // The template decides what else it accepts (a message without content is rendered as
     // the template renders it), but a message without a str role, or with a content that is
     // neither text nor a list of parts, is malformed: refuse it here, naming the message,
     // instead of letting the template render `None` or fail without saying where.
-    let role = match map.get("role") {
+    let role = match entry("role") {
         Some(serde_json::Value::String(r)) => r.clone(),
         Some(_) => {
             let value = get(dict, pyo3::intern!(dict.py(), "role")).ok().flatten();
@@ -214,9 +217,9 @@ fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Messa
     };
     let py = dict.py();
     let field = |key: &Bound<'py, PyString>| get(dict, key).ok().flatten();
-    // A str content is in `map` already (converted once: encoding a long non-ASCII str to
-    // UTF-8 is most of a message's conversion).
-    let content = match map.get("content") {
+    // A str content is among the entries already (converted once: encoding a long non-ASCII
+    // str to UTF-8 is most of a message's conversion).
+    let content = match entry("content") {
         Some(serde_json::Value::String(text)) => Some(Content::Text(text.clone())),
         _ => field(pyo3::intern!(py, "content"))
             .map(|c| content_from_py(&c, i))
@@ -224,7 +227,7 @@ fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Messa
     };
     let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
         .iter()
-        .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
+        .find_map(|k| entry(k).and_then(|v| v.as_str()).map(str::to_string));
     let tool_calls =
         field(pyo3::intern!(py, "tool_calls")).map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
     let train = train_flag(field(pyo3::intern!(py, "train")).as_ref(), i)?;
@@ -233,7 +236,7 @@ fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Messa
         content,
         reasoning_content,
         tool_calls,
-        raw: Some(Arc::new(map)),
+        raw: Some(Arc::new(entries.into_iter().collect())),
         train,
     })
 }

@@ -641,9 +641,21 @@ fn message_entries<'m>(
             built
         }
     };
-    let reasoning = ["reasoning_content", "thinking", "reasoning"]
-        .iter()
-        .find_map(|k| base.get(*k).filter(|v| !v.is_null()));
+    // The first of the three keys that is set, in one pass over the (few) keys: a lookup in
+    // the map would hash each key with SipHash.
+    let mut reasoning: Option<(usize, &Value)> = None;
+    for (k, v) in base {
+        let rank = match k.as_str() {
+            "reasoning_content" => 0,
+            "thinking" => 1,
+            "reasoning" => 2,
+            _ => continue,
+        };
+        if !v.is_null() && reasoning.is_none_or(|(r, _)| rank < r) {
+            reasoning = Some((rank, v));
+        }
+    }
+    let reasoning = reasoning.map(|(_, v)| v);
     let mut entries: Vec<(&str, &Value)> = Vec::with_capacity(base.len() + 2);
     let set =
         |entries: &mut Vec<(&'m str, &'m Value)>, key: &'m str, value: &'m Value| match entries
