@@ -106,6 +106,23 @@ pub struct BpeConfig {
     pub ignore_merges: bool,
 }
 
+/// The character at `at` in `bytes` (valid UTF-8, `at` a character boundary): its scalar
+/// value and its length in bytes, read from its lead byte without validating again.
+#[inline]
+pub(super) fn utf8_char(bytes: &[u8], at: usize) -> (u32, usize) {
+    let lead = u32::from(bytes[at]);
+    let cont = |i: usize| u32::from(bytes[at + i] & 0x3F);
+    match bytes[at] {
+        0x00..=0x7F => (lead, 1),
+        0xC0..=0xDF => ((lead & 0x1F) << 6 | cont(1), 2),
+        0xE0..=0xEF => ((lead & 0x0F) << 12 | cont(1) << 6 | cont(2), 3),
+        _ => (
+            (lead & 0x07) << 18 | cont(1) << 12 | cont(2) << 6 | cont(3),
+            4,
+        ),
+    }
+}
+
 impl BpeModel {
     /// Build the model; `Err` names what the native core does not support (then the
     /// `tokenizers` crate runs instead).
@@ -536,13 +553,18 @@ impl BpeModel {
             Units::Chars => {
                 // (unknown id, bytes covered) not yet pushed
                 let mut unk: Option<(u32, u32)> = None;
-                let text = std::str::from_utf8(word).expect("words are UTF-8");
-                for c in text.chars() {
-                    let len = c.len_utf8() as u32;
-                    let id = if (c as u32) < 0x1_0000 {
+                // A word is a slice of a `str` cut at character boundaries: its characters
+                // are read from their lead bytes, without validating the word again.
+                let mut at = 0;
+                while at < word.len() {
+                    let (c, len) = utf8_char(word, at);
+                    let bytes = &word[at..at + len];
+                    at += len;
+                    let len = len as u32;
+                    let id = if c < 0x1_0000 {
                         self.bmp_ids[c as usize]
                     } else {
-                        self.astral_ids.get(&(c as u32)).copied().unwrap_or(NONE)
+                        self.astral_ids.get(&c).copied().unwrap_or(NONE)
                     };
                     if id != NONE {
                         if let Some((u, l)) = unk.take() {
@@ -552,8 +574,6 @@ impl BpeModel {
                         continue;
                     }
                     if let Some(fallback) = &self.byte_fallback {
-                        let mut buf = [0u8; 4];
-                        let bytes = c.encode_utf8(&mut buf).as_bytes();
                         if bytes.iter().all(|&b| fallback[b as usize] != NONE) {
                             // The crate pushes a pending unknown token only before a known
                             // character, not before byte-fallback tokens.

@@ -291,3 +291,32 @@ fn find_byte_equals_memchr() {
         }
     }
 }
+
+/// `utf8_char` reads every character as `str::chars` does: all lengths, the first and last
+/// scalar value of each length, and random scalar values of each length.
+#[test]
+fn utf8_char_equals_chars() {
+    let mut rng = crate::text::TestRng(11);
+    let mut chars: Vec<char> = ['\0', '\u{7F}', '\u{80}', '\u{7FF}', '\u{800}', '\u{FFFF}']
+        .into_iter()
+        .chain(['\u{10000}', '\u{10FFFF}', '▁', 'é', '😀'])
+        .collect();
+    while chars.len() < 20_000 {
+        let below = [0x80, 0x800, 0x1_0000, 0x11_0000][rng.below(4)];
+        if let Some(c) = char::from_u32(rng.below(below) as u32) {
+            chars.push(c);
+        }
+    }
+    let text: String = chars.iter().collect();
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    for c in text.chars() {
+        assert_eq!(
+            super::bpe::utf8_char(bytes, at),
+            (c as u32, c.len_utf8()),
+            "{c:?}"
+        );
+        at += c.len_utf8();
+    }
+    assert_eq!(at, bytes.len());
+}
