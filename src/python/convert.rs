@@ -110,36 +110,43 @@ pub(super) fn message_from_py<'py>(
     };
     // A message the native formats do not model (content parts, no content, keys they do
     // not read) may be handed to the checkpoint's template: keep the whole dict for it.
-    if raw || !plain_message(dict) {
+    let plain = match raw {
+        false => plain_message(dict),
+        true => None,
+    };
+    let Some(plain) = plain else {
         return raw_message_from_py(dict, i);
-    }
+    };
     let role = match field(pyo3::intern!(py, "role"))? {
         Some(r) => string_field(&r, i, "role")?,
         None => return Err(TemplateError::at(i, "the message has no 'role'")),
     };
-    let content = field(pyo3::intern!(py, "content"))?
-        .map(|c| content_from_py(&c, i))
-        .transpose()?;
+    let content = Some(Content::Text(string_field(&plain.content, i, "content")?));
     let mut reasoning_content = None;
-    for (key, name) in [
-        (pyo3::intern!(py, "reasoning_content"), "reasoning_content"),
-        (pyo3::intern!(py, "thinking"), "thinking"),
-        (pyo3::intern!(py, "reasoning"), "reasoning"),
-    ] {
-        if let Some(r) = field(key)? {
-            reasoning_content = Some(string_field(&r, i, name)?);
-            break;
+    if plain.reasoning {
+        for (key, name) in [
+            (pyo3::intern!(py, "reasoning_content"), "reasoning_content"),
+            (pyo3::intern!(py, "thinking"), "thinking"),
+            (pyo3::intern!(py, "reasoning"), "reasoning"),
+        ] {
+            if let Some(r) = field(key)? {
+                reasoning_content = Some(string_field(&r, i, name)?);
+                break;
+            }
         }
     }
-    let tool_calls =
-        field(pyo3::intern!(py, "tool_calls"))?.map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    let train = match plain.train {
+        true => train_flag(field(pyo3::intern!(py, "train"))?.as_ref(), i)?,
+        false => None,
+    };
     Ok(Message {
         role,
         content,
         reasoning_content,
-        tool_calls,
+        // A message with `tool_calls` is not plain.
+        tool_calls: None,
         raw: None,
-        train: train_flag(field(pyo3::intern!(py, "train"))?.as_ref(), i)?,
+        train,
     })
 }
 
@@ -153,18 +160,32 @@ fn train_flag(value: Option<&Bound<'_, PyAny>>, i: usize) -> Result<Option<bool>
     }
 }
 
-/// Whether a message dict holds only what native formats model: a `role`, a str `content`,
-/// reasoning and `train` keys.
-fn plain_message(dict: &Bound<'_, PyDict>) -> bool {
+/// What [`plain_message`] found in a plain message dict: its content (a str), and whether it
+/// has a reasoning key and a `train` key (so that absent keys are not looked up again).
+struct Plain<'py> {
+    content: Bound<'py, PyAny>,
+    reasoning: bool,
+    train: bool,
+}
+
+/// The message dict as [`Plain`] if it holds only what native formats model: a `role`, a str
+/// `content`, reasoning and `train` keys; `None` otherwise.
+fn plain_message<'py>(dict: &Bound<'py, PyDict>) -> Option<Plain<'py>> {
     let py = dict.py();
     let content = match dict.get_item(pyo3::intern!(py, "content")) {
         Ok(Some(c)) => c,
-        _ => return false,
+        _ => return None,
     };
     if !content.is_instance_of::<pyo3::types::PyString>() {
-        return false;
+        return None;
     }
-    // Most messages are exactly {"role": ..., "content": ...}.
+    let mut plain = Plain {
+        content,
+        reasoning: false,
+        train: false,
+    };
+    // Most messages are exactly {"role": ..., "content": ...}: once every key is known, the
+    // keys not yet asked for are absent.
     let mut known = 1;
     for key in [
         pyo3::intern!(py, "role"),
@@ -176,9 +197,16 @@ fn plain_message(dict: &Bound<'_, PyDict>) -> bool {
         if known == dict.len() {
             break;
         }
-        known += usize::from(dict.contains(key).unwrap_or(false));
+        if dict.contains(key).unwrap_or(false) {
+            known += 1;
+            if key.is(pyo3::intern!(py, "train")) {
+                plain.train = true;
+            } else if !key.is(pyo3::intern!(py, "role")) {
+                plain.reasoning = true;
+            }
+        }
     }
-    known == dict.len()
+    (known == dict.len()).then_some(plain)
 }
 
 /// A message for the Jinja path: the whole dict as JSON (`None` values dropped, as
