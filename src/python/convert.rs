@@ -256,9 +256,15 @@ fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Messa
     let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
         .iter()
         .find_map(|k| entry(k).and_then(|v| v.as_str()).map(str::to_string));
-    let tool_calls =
-        field(pyo3::intern!(py, "tool_calls")).map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
-    let train = train_flag(field(pyo3::intern!(py, "train")).as_ref(), i)?;
+    // The dict is asked again only for keys it has (`None` values are not among the entries,
+    // and `field` passes over them too).
+    let tool_calls = entry("tool_calls")
+        .and_then(|_| field(pyo3::intern!(py, "tool_calls")))
+        .map(|t| t.cast::<PyList>().ok().map(|l| l.len()));
+    let train = match entry("train") {
+        Some(_) => train_flag(field(pyo3::intern!(py, "train")).as_ref(), i)?,
+        None => None,
+    };
     Ok(Message {
         role,
         content,
