@@ -29,6 +29,11 @@ pub enum Content {
     Parts(Vec<ContentPart>),
 }
 
+/// The reasoning aliases in the order transformers reads them: the first one set is a
+/// message's reasoning ([`Message::reasoning_content`]), and templates read it under any of
+/// them. Spelled once here; the binding's interned keys (`python/convert.rs`) follow it.
+pub const REASONING_KEYS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Message {

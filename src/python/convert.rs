@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::error::TemplateError;
-use crate::message::{Content, ContentPart, Message, TemplateArgs, TemplateValue};
+use crate::message::{Content, ContentPart, Message, TemplateArgs, TemplateValue, REASONING_KEYS};
 use crate::template::DateTime;
 
 pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -124,11 +124,13 @@ pub(super) fn message_from_py<'py>(
     let content = Some(Content::Text(string_field(&plain.content, i, "content")?));
     let mut reasoning_content = None;
     if plain.reasoning {
-        for (key, name) in [
-            (pyo3::intern!(py, "reasoning_content"), "reasoning_content"),
-            (pyo3::intern!(py, "thinking"), "thinking"),
-            (pyo3::intern!(py, "reasoning"), "reasoning"),
-        ] {
+        // Interned copies of `REASONING_KEYS`, in its order (`intern!` takes a literal).
+        let keys = [
+            pyo3::intern!(py, "reasoning_content"),
+            pyo3::intern!(py, "thinking"),
+            pyo3::intern!(py, "reasoning"),
+        ];
+        for (key, name) in keys.into_iter().zip(REASONING_KEYS) {
             if let Some(r) = field(key)? {
                 reasoning_content = Some(string_field(&r, i, name)?);
                 break;
@@ -186,23 +188,29 @@ fn plain_message<'py>(dict: &Bound<'py, PyDict>) -> Option<Plain<'py>> {
     };
     // Most messages are exactly {"role": ..., "content": ...}: once every key is known, the
     // keys not yet asked for are absent.
+    enum Kind {
+        Role,
+        Reasoning,
+        Train,
+    }
     let mut known = 1;
-    for key in [
-        pyo3::intern!(py, "role"),
-        pyo3::intern!(py, "reasoning_content"),
-        pyo3::intern!(py, "thinking"),
-        pyo3::intern!(py, "reasoning"),
-        pyo3::intern!(py, "train"),
+    // The reasoning keys are interned copies of `REASONING_KEYS`.
+    for (key, kind) in [
+        (pyo3::intern!(py, "role"), Kind::Role),
+        (pyo3::intern!(py, "reasoning_content"), Kind::Reasoning),
+        (pyo3::intern!(py, "thinking"), Kind::Reasoning),
+        (pyo3::intern!(py, "reasoning"), Kind::Reasoning),
+        (pyo3::intern!(py, "train"), Kind::Train),
     ] {
         if known == dict.len() {
             break;
         }
         if dict.contains(key).unwrap_or(false) {
             known += 1;
-            if key.is(pyo3::intern!(py, "train")) {
-                plain.train = true;
-            } else if !key.is(pyo3::intern!(py, "role")) {
-                plain.reasoning = true;
+            match kind {
+                Kind::Role => {}
+                Kind::Reasoning => plain.reasoning = true,
+                Kind::Train => plain.train = true,
             }
         }
     }
@@ -253,7 +261,7 @@ fn raw_message_from_py<'py>(dict: &Bound<'py, PyDict>, i: usize) -> Result<Messa
             .map(|c| content_from_py(&c, i))
             .transpose()?,
     };
-    let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
+    let reasoning_content = REASONING_KEYS
         .iter()
         .find_map(|k| entry(k).and_then(|v| v.as_str()).map(str::to_string));
     // The dict is asked again only for keys it has (`None` values are not among the entries,

@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 use crate::checkpoint::Checkpoint;
 use crate::control_tokens::ControlTokens;
 use crate::error::TemplateError;
-use crate::message::{Content, ContentPart, Message};
+use crate::message::{Content, ContentPart, Message, REASONING_KEYS};
 use crate::pieces::Pieces;
 use crate::template::{ChatTemplate, Data, DateTime, JsonMemo, RenderError};
 
@@ -645,11 +645,8 @@ fn message_entries<'m>(
     // the map would hash each key with SipHash.
     let mut reasoning: Option<(usize, &Value)> = None;
     for (k, v) in base {
-        let rank = match k.as_str() {
-            "reasoning_content" => 0,
-            "thinking" => 1,
-            "reasoning" => 2,
-            _ => continue,
+        let Some(rank) = REASONING_KEYS.iter().position(|r| r == k) else {
+            continue;
         };
         if !v.is_null() && reasoning.is_none_or(|(r, _)| rank < r) {
             reasoning = Some((rank, v));
@@ -678,7 +675,12 @@ fn message_entries<'m>(
 }
 
 /// The keys whose text provenance locates ([`JinjaFormat::pieces`]).
-const TEXT_KEYS: [&str; 4] = ["content", "reasoning_content", "thinking", "reasoning"];
+const TEXT_KEYS: [&str; 4] = [
+    "content",
+    REASONING_KEYS[0],
+    REASONING_KEYS[1],
+    REASONING_KEYS[2],
+];
 
 /// A message as the template's value, strings through `mark`; with `tag`, each message text
 /// (string content, text parts, reasoning fields) wrapped in provenance span markers. An

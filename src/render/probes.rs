@@ -25,7 +25,7 @@
 //! one that delegates less.
 
 use crate::error::{Refusal, TemplateError};
-use crate::message::{Content, ContentPart, Message, TemplateValue};
+use crate::message::{Content, ContentPart, Message, TemplateValue, REASONING_KEYS};
 use crate::pieces::Pieces;
 use crate::render::jinja::{JinjaFormat, JinjaRequest, PROBE_NOW};
 use crate::render::native::{ArgKind, ChatFormat, RenderRequest, SystemPolicy, TemplateArgs};
@@ -123,7 +123,7 @@ pub(crate) fn from_json(value: serde_json::Value) -> Message {
         )),
         _ => None,
     };
-    let reasoning_content = ["reasoning_content", "thinking", "reasoning"]
+    let reasoning_content = REASONING_KEYS
         .iter()
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_string));
     let tool_calls = map.get("tool_calls").map(|t| t.as_array().map(Vec::len));

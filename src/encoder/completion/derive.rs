@@ -23,7 +23,7 @@
 use crate::completion::{self, CallSyntax, Grammar, ParsedCompletion, Trim};
 use crate::error::{Error, Refusal};
 use crate::input::EncodeOptions;
-use crate::message::{Message, TemplateValue};
+use crate::message::{Message, TemplateValue, REASONING_KEYS};
 use crate::render::jinja::PROBE_NOW;
 use crate::render::native::TemplateArgs;
 use crate::text::TokenText;
@@ -35,7 +35,6 @@ const QUESTION: &str = "What is the capital of France?";
 const ANSWER: &str = "The capital of France is Paris.";
 const THOUGHT: &str = "The user asks for a capital city; France's is Paris.";
 const WEATHER: &str = "What is the weather in Paris and in London?";
-const REASONING_KEYS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
 
 /// What a probe turn must read back into.
 #[derive(Debug, Clone)]
