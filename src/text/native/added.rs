@@ -483,8 +483,8 @@ mod tests {
         );
     }
 
-    /// Random tokens (with their flags) over a small alphabet, on random texts: the search at
-    /// the first bytes cuts every text as the automaton's walk does.
+    /// Llama 3's tokens are walked by a DFA, which finds what the crate's own choice (its
+    /// contiguous NFA) finds, on random texts built from pieces of the tokens.
     #[test]
     fn llama_3_like_tokens_are_walked_by_a_dfa_with_the_nfas_matches() {
         // 256 tokens as Llama 3's: more than the 100 up to which the crate picks a DFA itself.
@@ -533,6 +533,8 @@ mod tests {
         assert!(found > 2000, "{found}");
     }
 
+    /// Random tokens (with their flags) over a small alphabet, on random texts: the search at
+    /// the first bytes cuts every text as the automaton's walk does.
     #[test]
     fn the_first_byte_search_equals_the_walk() {
         let alphabet = ["a", "b", " ", "\n", "<", ">", "\u{e9}", "\u{2581}", "x"];
