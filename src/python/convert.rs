@@ -124,13 +124,7 @@ pub(super) fn message_from_py<'py>(
     let content = Some(Content::Text(string_field(&plain.content, i, "content")?));
     let mut reasoning_content = None;
     if plain.reasoning {
-        // Interned copies of `REASONING_KEYS`, in its order (`intern!` takes a literal).
-        let keys = [
-            pyo3::intern!(py, "reasoning_content"),
-            pyo3::intern!(py, "thinking"),
-            pyo3::intern!(py, "reasoning"),
-        ];
-        for (key, name) in keys.into_iter().zip(REASONING_KEYS) {
+        for (key, name) in reasoning_keys(py).into_iter().zip(REASONING_KEYS) {
             if let Some(r) = field(key)? {
                 reasoning_content = Some(string_field(&r, i, name)?);
                 break;
@@ -160,6 +154,16 @@ fn train_flag(value: Option<&Bound<'_, PyAny>>, i: usize) -> Result<Option<bool>
             TemplateError::at(i, format!("'train' must be a bool, not {}", type_name(v)))
         }),
     }
+}
+
+/// Interned copies of [`REASONING_KEYS`], in its order (`intern!` takes only a literal, so the
+/// constant cannot be interned in a loop).
+fn reasoning_keys(py: Python<'_>) -> [&Bound<'_, PyString>; 3] {
+    [
+        pyo3::intern!(py, "reasoning_content"),
+        pyo3::intern!(py, "thinking"),
+        pyo3::intern!(py, "reasoning"),
+    ]
 }
 
 /// What [`plain_message`] found in a plain message dict: its content (a str), and whether it
@@ -194,14 +198,10 @@ fn plain_message<'py>(dict: &Bound<'py, PyDict>) -> Option<Plain<'py>> {
         Train,
     }
     let mut known = 1;
-    // The reasoning keys are interned copies of `REASONING_KEYS`.
-    for (key, kind) in [
-        (pyo3::intern!(py, "role"), Kind::Role),
-        (pyo3::intern!(py, "reasoning_content"), Kind::Reasoning),
-        (pyo3::intern!(py, "thinking"), Kind::Reasoning),
-        (pyo3::intern!(py, "reasoning"), Kind::Reasoning),
-        (pyo3::intern!(py, "train"), Kind::Train),
-    ] {
+    let keys = std::iter::once((pyo3::intern!(py, "role"), Kind::Role))
+        .chain(reasoning_keys(py).map(|key| (key, Kind::Reasoning)))
+        .chain(std::iter::once((pyo3::intern!(py, "train"), Kind::Train)));
+    for (key, kind) in keys {
         if known == dict.len() {
             break;
         }
