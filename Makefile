@@ -129,19 +129,21 @@ bench-quick: $(BUILD)
 	$(PY) benches/memory.py --calls 50000 --conversations 2500
 
 ## Every conversation of the corpus and many more random cases, on every route and path, with the GGUF
-## cases and the heavy extremes CI samples out: two pytest processes side by side, as in test-python
-## (several hours on this 2-core machine; logs and reports in $(RESULTS)).
-CONFORMANCE_FIRST := tests/test_conformance.py tests/test_native_bpe.py tests/test_masks.py tests/test_sentencepiece.py \
-  tests/test_gguf.py tests/test_injection.py
-CONFORMANCE_SECOND := tests/test_generic.py tests/test_jinja.py tests/test_edge_cases.py tests/test_properties.py \
-  tests/test_mistral_common.py tests/test_session.py tests/test_fuzz_api.py tests/test_template_corpus.py \
-  tests/test_format_choice.py tests/test_malformed.py
+## cases and the heavy extremes CI samples out: each file a pytest process, two side by side, each
+## taking the next file when one ends (scripts/run_files.py; several hours on this 2-core machine;
+## logs, reports and a record per file in $(RESULTS)/conformance-full). The files are listed longest
+## first. `make conformance-full RESUME=1` runs only the files that have not passed, without a skip, on
+## the same code and tests: a run cut off goes on where it stopped, and a documentation commit keeps
+## what passed.
+CONFORMANCE_FILES := tests/test_native_bpe.py tests/test_generic.py tests/test_jinja.py tests/test_conformance.py \
+  tests/test_masks.py tests/test_session.py tests/test_template_corpus.py tests/test_properties.py \
+  tests/test_edge_cases.py tests/test_mistral_common.py tests/test_injection.py tests/test_sentencepiece.py \
+  tests/test_gguf.py tests/test_fuzz_api.py tests/test_format_choice.py tests/test_malformed.py
 conformance-full: develop
 	mkdir -p $(RESULTS)/conformance-full
-	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full CHATIDS_CONFORMANCE_REPORT=$(RESULTS)/conformance-full.json \
-	  CHATIDS_CORPUS_REPORT=$(RESULTS)/template-corpus-full.json \
-	  $(PY) scripts/run_pytest.py --results $(RESULTS)/conformance-full --first $(CONFORMANCE_FIRST) \
-	  --second $(CONFORMANCE_SECOND) -- -s
+	CHATIDS_CONFORMANCE=full HYPOTHESIS_PROFILE=full $(PY) scripts/run_files.py --results $(RESULTS)/conformance-full \
+	  --jobs 2 $(if $(RESUME),--resume) $(CONFORMANCE_FILES) -- -s
+	CHATIDS_REQUIRE_MODELS=1 $(PY) scripts/check_no_skips.py $(RESULTS)/conformance-full/*.xml
 
 ## Only the Jinja path on every conversation of the corpus, for every shared checkpoint.
 conformance-generic: develop

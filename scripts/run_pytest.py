@@ -5,14 +5,14 @@ two pytest processes side by side take about half the time of one. Each process 
 files, so every module's fixtures, counters and terminal summaries (the conformance table and
 the counts of the other suites) stay in one process and are printed as usual.
 
-Usage: python scripts/run_pytest.py --results DIR [--shards N] [--first FILE ...] [--second FILE ...]
-[-- PYTEST_ARGS]
+Usage: python scripts/run_pytest.py --results DIR [--shards N] [--first FILE ...] [-- PYTEST_ARGS]
 
 * ``--shards 1`` runs one pytest process over ``tests/`` (needed when ``PYTEST_ARGS`` selects
   tests of one process only, e.g. ``-k``: the other would collect none and fail).
 * ``--shards 2`` (default): the first process runs the ``--first`` files, the second every other
-  file under ``tests/`` (a new test file lands there without being listed), or only the
-  ``--second`` files when given (``make conformance-full`` runs its files this way).
+  file under ``tests/`` (a new test file lands there without being listed). (``make
+  conformance-full`` runs its files with ``scripts/run_files.py`` instead: a process per file,
+  resumable.)
 
 Each process writes its output to ``DIR/pytest-K.log`` (printed when all are done, one after the
 other) and its JUnit report to ``DIR/pytest-K.xml``. The exit status is non-zero if any process
@@ -41,19 +41,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def commands(
-    results: Path, shards: int, first: list[str], second: list[str], pytest_args: list[str]
-) -> list[list[str]]:
+def commands(results: Path, shards: int, first: list[str], pytest_args: list[str]) -> list[list[str]]:
     """One pytest command line per process."""
     base = [sys.executable, "-m", "pytest", "-q", "--durations=15", "-p", "no:cacheprovider"]
     if shards == 1:
         return [base + ["tests", f"--junitxml={results / 'pytest-1.xml'}"] + pytest_args]
     if shards != 2:
         raise SystemExit("run_pytest: --shards is 1 or 2")
-    missing = [f for f in first + second if not (REPO / f).is_file()]
+    missing = [f for f in first if not (REPO / f).is_file()]
     if not first or missing:
         raise SystemExit(f"run_pytest: --first needs existing test files (missing: {missing})")
-    rest = second or ["tests"] + [f"--ignore={f}" for f in first]
+    rest = ["tests"] + [f"--ignore={f}" for f in first]
     return [
         base + first + [f"--junitxml={results / 'pytest-1.xml'}"] + pytest_args,
         base + rest + [f"--junitxml={results / 'pytest-2.xml'}"] + pytest_args,
@@ -65,7 +63,6 @@ def main() -> int:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--first", nargs="*", default=[])
-    parser.add_argument("--second", nargs="*", default=[])
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
     args.results.mkdir(parents=True, exist_ok=True)
@@ -79,7 +76,7 @@ def main() -> int:
     print(f"run_pytest: compiled encoder cache: {env['CHATIDS_CACHE_DIR'] or 'off'}", flush=True)
     started = time.perf_counter()
     running = []
-    for k, cmd in enumerate(commands(args.results, args.shards, args.first, args.second, args.pytest_args), start=1):
+    for k, cmd in enumerate(commands(args.results, args.shards, args.first, args.pytest_args), start=1):
         log = args.results / f"pytest-{k}.log"
         print(f"run_pytest: process {k}: {' '.join(cmd[1:])} > {log}", flush=True)
         handle = log.open("w")
