@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,9 @@ def main() -> int:
         cache = tempfile.mkdtemp(prefix="chatids-test-cache-")
         env["CHATIDS_CACHE_DIR"] = cache
     base = [sys.executable, "-m", "pytest", "-q", "--durations=15", "-p", "no:cacheprovider"]
+    # Stopped by a signal (`kill`, `timeout`) as by Ctrl-C: the `finally` below stops the files
+    # still running, which leave no record.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     running: dict[str, tuple[subprocess.Popen[bytes], IO[str], float]] = {}
     status = 0
     started = time.perf_counter()
